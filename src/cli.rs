@@ -1,0 +1,296 @@
+//! Every flag of every command is defined here, once. Help, the `EPDOCTOR_*` environment twins,
+//! shell completions and the man page are all generated from these types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "epdoctor",
+    version = crate::VERSION_LINE,
+    about = "Reproduce and triage NCCL, PyTorch distributed, NVSHMEM and DeepEP warnings",
+    long_about = "Reproduce and triage the warnings NCCL, PyTorch distributed, NVSHMEM and DeepEP print, \
+above all at process teardown: is it harmless noise or the real failure, what caused it, and what fixes it.",
+    max_term_width = 100,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// When to colour the output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, env = "EPDOCTOR_COLOR")]
+    pub color: ColorChoice,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read logs and explain their warnings: verdict, root cause, fix, evidence.
+    Explain(ExplainArgs),
+    /// Run the built-in workload (or your command) under a matrix of settings and compare.
+    Repro(ReproArgs),
+    /// The environment a bug report needs, with a checklist of findings.
+    Env(EnvArgs),
+    /// One redacted Markdown document for an issue: env + explain (+ a repro run).
+    Report(ReportArgs),
+    /// List (and with --yes delete) NCCL shared-memory files whose creator is gone.
+    Clean(CleanArgs),
+    /// The rule base: list, show one rule, run every rule's fixtures.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+    /// Compile the workload's CUDA kernels to PTX with NVRTC and list their entry points.
+    Kernels(KernelsArgs),
+    /// Print a shell completion script.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+    /// Run one rank of the built-in workload (started by `repro`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Md,
+    Json,
+}
+
+/// Options shared by every command that runs the rule engine.
+#[derive(Debug, Clone, Args)]
+pub struct RuleOpts {
+    /// Extra rule files (TOML) or folders of them; a rule with a built-in id replaces it.
+    #[arg(long = "rules", value_name = "PATH", env = "EPDOCTOR_RULES", value_delimiter = ':')]
+    pub rules: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// Log files, folders of per-rank logs, or `-` for stdin (the default). gzip and zstd are read as such.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
+    pub format: Format,
+
+    /// Keep hostnames, addresses and home paths in Markdown output (redacted by default).
+    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    pub no_redact: bool,
+
+    /// Group the lines no rule explains by template, to help write new rules.
+    #[arg(long)]
+    pub unexplained: bool,
+
+    /// Evidence lines shown per finding.
+    #[arg(long, default_value_t = 5, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
+    pub evidence: usize,
+
+    /// Stop reading after this many bytes in all (e.g. a stdin that never ends).
+    #[arg(long, value_name = "BYTES", env = "EPDOCTOR_MAX_BYTES")]
+    pub max_bytes: Option<u64>,
+
+    #[command(flatten)]
+    pub rule_opts: RuleOpts,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReproArgs {
+    /// Ranks (processes) per cell. Default: the number of GPUs (at most 8), or 2 on one GPU.
+    #[arg(long, value_name = "N", env = "EPDOCTOR_RANKS")]
+    pub ranks: Option<usize>,
+
+    /// Teardown modes to run, comma-separated (default: all). Ignored with `-- CMD`.
+    #[arg(long, value_delimiter = ',', value_name = "MODE,...")]
+    pub teardown: Vec<String>,
+
+    /// An environment axis: NAME=v1,v2,... (repeatable). An empty value means "unset".
+    #[arg(long = "env", value_name = "NAME=V1,V2")]
+    pub env: Vec<String>,
+
+    /// A libnccl.so to load, as an axis (repeatable). Default: the one the loader finds.
+    #[arg(long = "nccl-lib", value_name = "PATH")]
+    pub nccl_lib: Vec<PathBuf>,
+
+    /// Run every cell this many times.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub repeat: usize,
+
+    /// Deadline of one cell in seconds; then SIGTERM, a grace period, SIGKILL.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", env = "EPDOCTOR_TIMEOUT")]
+    pub timeout: f64,
+
+    /// Grace period between SIGTERM and SIGKILL, in seconds.
+    #[arg(long, default_value_t = 3.0, value_name = "SECS")]
+    pub grace: f64,
+
+    /// Run folder (default: epdoctor-repro-<date>-<time> in the current folder). Never overwritten.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Workload size: tokens per rank.
+    #[arg(long, default_value_t = 4096)]
+    pub tokens: usize,
+
+    /// Workload size: hidden dimension (bf16 elements).
+    #[arg(long, default_value_t = 7168)]
+    pub hidden: usize,
+
+    /// Workload size: experts in all.
+    #[arg(long, default_value_t = 256)]
+    pub experts: usize,
+
+    /// Workload size: experts per token.
+    #[arg(long, default_value_t = 8)]
+    pub topk: usize,
+
+    /// Dispatch + combine iterations.
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+
+    /// Output format of the comparison printed at the end.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
+    pub format: Format,
+
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    #[command(flatten)]
+    pub rule_opts: RuleOpts,
+
+    /// Your own command, run once per cell under the cell's environment.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EnvArgs {
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
+    pub format: Format,
+
+    /// Keep hostnames, addresses and home paths (redacted by default in Markdown).
+    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    pub no_redact: bool,
+
+    /// Seconds allowed for probing python3/torch.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    pub python_timeout: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Logs to explain (files, folders, `-`).
+    #[arg(value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+
+    /// A repro run folder whose comparison goes into the report.
+    #[arg(long, value_name = "DIR")]
+    pub repro: Option<PathBuf>,
+
+    /// Keep hostnames, addresses and home paths.
+    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    pub no_redact: bool,
+
+    /// Write the report here instead of stdout (an existing file is never overwritten).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Seconds allowed for probing python3/torch.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS")]
+    pub python_timeout: f64,
+
+    #[command(flatten)]
+    pub rule_opts: RuleOpts,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CleanArgs {
+    /// Delete the stale files (default: only list them).
+    #[arg(long)]
+    pub yes: bool,
+
+    /// Folder to scan.
+    #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// One line per rule.
+    List {
+        #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
+        format: Format,
+        #[command(flatten)]
+        rule_opts: RuleOpts,
+    },
+    /// Everything about one rule.
+    Show {
+        id: String,
+        #[command(flatten)]
+        rule_opts: RuleOpts,
+    },
+    /// Run every rule's fixtures (EPDOCTOR_BLESS=1 rewrites their expectations).
+    Test {
+        /// Fixture files or folders (default: the built-in fixtures).
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Rewrite each fixture's expectations with what the engine now finds.
+        #[arg(long, env = "EPDOCTOR_BLESS")]
+        bless: bool,
+        #[command(flatten)]
+        rule_opts: RuleOpts,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KernelsArgs {
+    /// Target architecture.
+    #[arg(long, default_value = "sm_90")]
+    pub arch: String,
+
+    /// Write the PTX files here (never over existing files).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// This rank.
+    #[arg(long)]
+    pub rank: usize,
+    /// Ranks in all.
+    #[arg(long)]
+    pub world: usize,
+    /// Folder shared by the ranks of one cell (NCCL id and IPC handle files).
+    #[arg(long, value_name = "DIR")]
+    pub rendezvous: PathBuf,
+    /// Teardown mode.
+    #[arg(long, default_value = "clean")]
+    pub teardown: String,
+    /// libnccl.so to load instead of the loader's choice.
+    #[arg(long, value_name = "PATH")]
+    pub nccl_lib: Option<PathBuf>,
+    #[arg(long, default_value_t = 4096)]
+    pub tokens: usize,
+    #[arg(long, default_value_t = 7168)]
+    pub hidden: usize,
+    #[arg(long, default_value_t = 256)]
+    pub experts: usize,
+    #[arg(long, default_value_t = 8)]
+    pub topk: usize,
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+}

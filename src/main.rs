@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    epdoctor::run(std::env::args_os())
+}

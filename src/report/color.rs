@@ -1,0 +1,39 @@
+//! Colour policy: --color, NO_COLOR, CLICOLOR_FORCE, TERM=dumb, tty.
+use std::io::IsTerminal;
+
+use owo_colors::OwoColorize;
+
+use crate::cli::ColorChoice;
+
+pub fn init(choice: ColorChoice) {
+    let on = match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => auto_stdout(),
+    };
+    owo_colors::set_override(on);
+}
+
+/// Colour on stdout in `auto` mode.
+pub fn auto_stdout() -> bool {
+    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
+        return true;
+    }
+    if std::env::var_os("TERM").is_some_and(|t| t == "dumb") {
+        return false;
+    }
+    std::io::stdout().is_terminal()
+}
+
+pub fn print_error(e: &anyhow::Error) {
+    let use_color = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    if use_color {
+        eprintln!("{} {e:#}", "error:".red().bold());
+    } else {
+        eprintln!("error: {e:#}");
+    }
+}

@@ -1,0 +1,3 @@
+//! The result model and its writers.
+pub mod color;
+pub mod model;

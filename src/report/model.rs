@@ -1,0 +1,138 @@
+//! The one result model of `explain`. Every writer (text, md, json) and every other command
+//! (repro, report) reads this; its JSON form is the public contract in docs/json-contract.md.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Clean,
+    Benign,
+    Actionable,
+    Unknown,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Clean => "clean",
+            Verdict::Benign => "benign",
+            Verdict::Actionable => "actionable",
+            Verdict::Unknown => "unknown",
+        }
+    }
+
+    /// Exit status of `explain` (README, "Exit codes").
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Clean | Verdict::Benign => crate::exit::OK,
+            Verdict::Actionable => crate::exit::ACTIONABLE,
+            Verdict::Unknown => crate::exit::UNKNOWN,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Benign,
+    Info,
+    Warning,
+    Error,
+    Fatal,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Benign => "benign",
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+            Severity::Fatal => "fatal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub source: String,
+    pub line: u64,
+    pub rank: Option<u32>,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: String,
+    pub title: String,
+    pub category: String,
+    pub severity: Severity,
+    pub benign: bool,
+    pub ranks: Vec<u32>,
+    pub count: u64,
+    pub evidence: Vec<Evidence>,
+    pub root_cause: String,
+    pub fix: String,
+    pub refs: Vec<String>,
+    /// Why a benign-by-default rule was reported as a symptom here (absent when it was not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unexplained {
+    pub source: String,
+    pub line: u64,
+    pub text: String,
+}
+
+/// A group of unexplained lines that share a template (numbers, hex, hosts masked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Template {
+    pub template: String,
+    pub count: u64,
+    pub example: Unexplained,
+}
+
+/// How a version was learnt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionNote {
+    pub component: String,
+    pub value: String,
+    /// "stated" (a version line in the log) or "inferred" (fingerprint of file:line or wording).
+    pub how: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    pub schema_version: u32,
+    pub tool_version: String,
+    pub verdict: Verdict,
+    pub nccl_version: Option<String>,
+    pub torch_version: Option<String>,
+    pub primary: Option<Finding>,
+    pub findings: Vec<Finding>,
+    pub unexplained: Vec<Unexplained>,
+    /// Everything below is additive to the contract.
+    #[serde(default)]
+    pub versions: Vec<VersionNote>,
+    #[serde(default)]
+    pub inputs: Vec<InputSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unexplained_templates: Option<Vec<Template>>,
+    /// Notes about the input itself (cut lines, truncated compressed data, byte limit reached).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSummary {
+    pub source: String,
+    pub lines: u64,
+    pub bytes: u64,
+    pub ranks: Vec<u32>,
+}

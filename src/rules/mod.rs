@@ -1,0 +1,3 @@
+//! The rule base.
+use crate::cli::RulesCommand;
+pub fn command(_c: RulesCommand) -> anyhow::Result<u8> { anyhow::bail!("rules: in progress") }
