@@ -1,3 +1,30 @@
-//! `explain`: read logs, match rules, print the verdict.
-use crate::cli::ExplainArgs;
-pub fn run(_args: &ExplainArgs) -> anyhow::Result<u8> { anyhow::bail!("explain: in progress") }
+//! `explain`: input -> records -> matches -> verdict -> report.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::cli::{ExplainArgs, RuleOpts};
+use crate::log;
+use crate::report::{self, model::Analysis, RenderOpts};
+use crate::rules::{self, Options};
+
+/// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
+pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
+    let engine = rules::engine(rule_opts)?;
+    let inputs = log::expand(paths)?;
+    engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })
+}
+
+pub fn run(args: &ExplainArgs) -> Result<u8> {
+    let engine = rules::engine(&args.rule_opts)?;
+    let inputs = log::expand(&args.paths)?;
+    let opts = Options { max_bytes: args.max_bytes, evidence: args.evidence, templates: args.unexplained, ..Default::default() };
+    let analysis = engine.analyze(&inputs, &opts)?;
+    let text = report::render(&analysis, args.format, &RenderOpts { redact: !args.no_redact, evidence: args.evidence });
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(analysis.verdict.exit_code())
+}

@@ -21,6 +21,9 @@ use clap::{CommandFactory, Parser};
 
 use cli::{Cli, Command};
 
+/// Built-in files (rules, fixtures, kernels) as (path relative to the repository, content).
+pub static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (rev ", env!("EPDOCTOR_GIT_REV"), ")");
 

@@ -1,1 +1,6 @@
-//! Input and records.
+//! Input (files, folders, stdin, gzip, zstd) and the records parsed from its lines.
+pub mod input;
+pub mod record;
+
+pub use input::{clean_line, expand, open, Input, LineReader};
+pub use record::{level_of, parse, strip_rank_prefix, Kind, Level, Record};

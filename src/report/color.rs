@@ -1,9 +1,12 @@
 //! Colour policy: --color, NO_COLOR, CLICOLOR_FORCE, TERM=dumb, tty.
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use owo_colors::OwoColorize;
 
 use crate::cli::ColorChoice;
+
+static ON: AtomicBool = AtomicBool::new(false);
 
 pub fn init(choice: ColorChoice) {
     let on = match choice {
@@ -11,7 +14,22 @@ pub fn init(choice: ColorChoice) {
         ColorChoice::Never => false,
         ColorChoice::Auto => auto_stdout(),
     };
+    ON.store(on, Ordering::Relaxed);
     owo_colors::set_override(on);
+}
+
+/// Whether text output to stdout is coloured.
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Apply `style` when colour is on.
+pub fn paint(text: &str, style: owo_colors::Style) -> String {
+    if enabled() {
+        text.style(style).to_string()
+    } else {
+        text.to_string()
+    }
 }
 
 /// Colour on stdout in `auto` mode.

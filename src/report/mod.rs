@@ -1,3 +1,27 @@
-//! The result model and its writers.
+//! The result model and one writer per format: text (colour, tables), Markdown (paste-ready,
+//! redacted), JSON (the contract).
 pub mod color;
+pub mod json;
+pub mod markdown;
 pub mod model;
+pub mod redact;
+pub mod text;
+
+use crate::cli::Format;
+use model::Analysis;
+
+#[derive(Debug, Clone, Copy)]
+pub struct RenderOpts {
+    /// Replace hostnames, addresses, home paths (Markdown; JSON and text keep them unless set).
+    pub redact: bool,
+    /// Evidence lines per finding.
+    pub evidence: usize,
+}
+
+pub fn render(a: &Analysis, format: Format, opts: &RenderOpts) -> String {
+    match format {
+        Format::Text => text::render(a, opts),
+        Format::Md => markdown::render(a, opts, &mut redact::Redactor::new()),
+        Format::Json => json::render(a),
+    }
+}

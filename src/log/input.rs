@@ -1,0 +1,247 @@
+//! Where lines come from: files, folders of per-rank logs, stdin, gzip and zstd (by magic bytes).
+//! Everything is streamed; a line longer than `MAX_LINE` is cut and the cut is reported.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Longest line kept; the rest of a longer line is skipped (and noted).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// One input to read: a file, stdin, or text held in memory (fixtures, tests).
+#[derive(Debug, Clone)]
+pub enum Input {
+    File(PathBuf),
+    Stdin,
+    Memory { name: String, text: String },
+}
+
+impl Input {
+    pub fn name(&self) -> String {
+        match self {
+            Input::File(p) => p.display().to_string(),
+            Input::Stdin => "<stdin>".into(),
+            Input::Memory { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// Expand the paths a user gave: `-` is stdin, a folder is every regular file below it (sorted,
+/// links to folders not followed, so a link loop cannot trap us), none at all is stdin.
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<Input>> {
+    if paths.is_empty() {
+        return Ok(vec![Input::Stdin]);
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.as_os_str() == "-" {
+            out.push(Input::Stdin);
+            continue;
+        }
+        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+        if meta.is_dir() {
+            let before = out.len();
+            walk(p, &mut out).with_context(|| format!("cannot read folder {}", p.display()))?;
+            if out.len() == before {
+                anyhow::bail!("folder {} holds no log files", p.display());
+            }
+        } else {
+            File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            out.push(Input::File(p.clone()));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<Input>) -> io::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<Vec<_>>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let ft = e.file_type()?;
+        let path = e.path();
+        if ft.is_dir() {
+            walk(&path, out)?;
+        } else if ft.is_file() || (ft.is_symlink() && path.metadata().is_ok_and(|m| m.is_file())) {
+            out.push(Input::File(path));
+        }
+    }
+    Ok(())
+}
+
+/// A byte-line reader over any input, with decompression chosen by magic bytes.
+pub struct LineReader {
+    inner: Box<dyn BufRead + Send>,
+    buf: Vec<u8>,
+    pub bytes_read: u64,
+    limit: Option<u64>,
+    pub cut_lines: u64,
+    pub hit_limit: bool,
+}
+
+pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
+    let raw: Box<dyn Read + Send> = match input {
+        Input::File(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
+        Input::Stdin => Box::new(io::stdin()),
+        Input::Memory { text, .. } => Box::new(io::Cursor::new(text.clone().into_bytes())),
+    };
+    let mut br = BufReader::with_capacity(256 * 1024, raw);
+    let head = br.fill_buf().with_context(|| format!("cannot read {}", input.name()))?;
+    let inner: Box<dyn BufRead + Send> = if head.starts_with(&[0x1f, 0x8b]) {
+        Box::new(BufReader::with_capacity(256 * 1024, flate2::bufread::MultiGzDecoder::new(br)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let dec = zstd::stream::read::Decoder::with_buffer(br)
+            .with_context(|| format!("cannot start zstd decoding of {}", input.name()))?;
+        Box::new(BufReader::with_capacity(256 * 1024, dec))
+    } else {
+        Box::new(br)
+    };
+    Ok(LineReader { inner, buf: Vec::with_capacity(4096), bytes_read: 0, limit, cut_lines: 0, hit_limit: false })
+}
+
+impl LineReader {
+    /// The next line without its terminator; `None` at the end. A line over `MAX_LINE` bytes is
+    /// returned cut, and the remainder is skipped without being held in memory.
+    pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
+        self.buf.clear();
+        if let Some(limit) = self.limit {
+            if self.bytes_read >= limit {
+                self.hit_limit = true;
+                return Ok(None);
+            }
+        }
+        let mut cut = false;
+        loop {
+            let avail = match self.inner.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if avail.is_empty() {
+                if self.buf.is_empty() && !cut {
+                    return Ok(None);
+                }
+                break;
+            }
+            let (take, done) = match memchr(avail) {
+                Some(i) => (i + 1, true),
+                None => (avail.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(self.buf.len());
+            if !cut {
+                let keep = take.min(room);
+                self.buf.extend_from_slice(&avail[..keep]);
+                if keep < take {
+                    cut = true;
+                }
+            }
+            self.inner.consume(take);
+            self.bytes_read += take as u64;
+            if done {
+                break;
+            }
+        }
+        if cut {
+            self.cut_lines += 1;
+        }
+        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+            self.buf.pop();
+        }
+        Ok(Some(&self.buf))
+    }
+}
+
+fn memchr(s: &[u8]) -> Option<usize> {
+    s.iter().position(|&b| b == b'\n')
+}
+
+/// Lossy UTF-8, with ANSI escape sequences, other control characters and stray CRs removed.
+pub fn clean_line(bytes: &[u8]) -> String {
+    let needs_work = bytes.iter().any(|&b| b < 0x20 && b != b'\t' || b >= 0x80 || b == 0x7f);
+    if !needs_work {
+        // Plain printable ASCII: no copy through the lossy decoder needed.
+        return String::from_utf8(bytes.to_vec()).unwrap_or_default();
+    }
+    let s = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ params final-byte; OSC: ESC ] ... BEL or ESC \ ; otherwise drop ESC + one char.
+            match chars.peek() {
+                Some('[') => {
+                    chars.next();
+                    for d in chars.by_ref() {
+                        if ('@'..='~').contains(&d) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') => {
+                    chars.next();
+                    while let Some(d) = chars.next() {
+                        if d == '\u{7}' {
+                            break;
+                        }
+                        if d == '\u{1b}' {
+                            chars.next();
+                            break;
+                        }
+                    }
+                }
+                Some(_) => {
+                    chars.next();
+                }
+                None => {}
+            }
+        } else if c == '\t' || !c.is_control() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(bytes: Vec<u8>) -> (Vec<String>, u64) {
+        let mut r = LineReader {
+            inner: Box::new(io::Cursor::new(bytes)),
+            buf: Vec::new(),
+            bytes_read: 0,
+            limit: None,
+            cut_lines: 0,
+            hit_limit: false,
+        };
+        let mut v = Vec::new();
+        while let Some(l) = r.next_line().unwrap() {
+            v.push(clean_line(l));
+        }
+        (v, r.cut_lines)
+    }
+
+    #[test]
+    fn strips_crlf_and_ansi() {
+        let (v, _) = lines_of(b"\x1b[31mred\x1b[0m line\r\nplain\n\nlast".to_vec());
+        assert_eq!(v, vec!["red line", "plain", "", "last"]);
+    }
+
+    #[test]
+    fn invalid_utf8_is_lossy() {
+        let (v, _) = lines_of(b"ok \xff\xfe end\n".to_vec());
+        assert_eq!(v[0], "ok \u{fffd}\u{fffd} end");
+    }
+
+    #[test]
+    fn huge_line_is_cut_and_counted() {
+        let mut b = vec![b'a'; MAX_LINE + 10];
+        b.extend_from_slice(b"\nnext\n");
+        let (v, cut) = lines_of(b);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].len(), MAX_LINE);
+        assert_eq!(v[1], "next");
+        assert_eq!(cut, 1);
+    }
+}

@@ -1,0 +1,467 @@
+//! One log line turned into a record: level, origin (host:pid:tid, device, file:line), rank, time.
+//!
+//! The level is read cheaply for every line; the full parse runs only for lines that matter
+//! (rule hits, warnings and errors), which keeps `explain` fast on INFO floods.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    None,
+    Trace,
+    Info,
+    Warn,
+    Error,
+}
+
+/// What produced the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Nccl,
+    Torch,
+    Python,
+    Harness,
+    Worker,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a> {
+    pub kind: Kind,
+    pub level: Level,
+    pub rank: Option<u32>,
+    pub host: Option<&'a str>,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub dev: Option<u32>,
+    /// `file:line` of the emitting source (NCCL WARN/TRACE/INFO unwinding, c10 logging).
+    pub site: Option<(&'a str, u32)>,
+    /// Seconds since the start of the year (years are not compared: NCCL and c10 differ there).
+    pub ts: Option<f64>,
+    /// The message after all prefixes.
+    pub msg: &'a str,
+}
+
+/// Strip launcher prefixes that carry a rank: `[rank3]:`, `[default3]:` (torchrun --tee),
+/// `[1,3]<stdout>:` (mpirun --tag-output). Returns the rank and the rest.
+pub fn strip_rank_prefix(line: &str) -> (Option<u32>, &str) {
+    let mut rank = None;
+    let mut rest = line;
+    // Prefixes can stack, e.g. `[default0]:[rank0]:[W...]`.
+    for _ in 0..3 {
+        let Some(after) = rest.strip_prefix('[') else { break };
+        let Some(close) = after.find("]:") else { break };
+        let inner = &after[..close];
+        let num = if let Some(n) = inner.strip_prefix("rank") {
+            n.parse().ok()
+        } else if let Some(n) = inner.strip_prefix("default") {
+            n.parse().ok()
+        } else if let Some((_, r)) = inner.split_once(',') {
+            r.parse().ok()
+        } else {
+            None
+        };
+        match num {
+            Some(n) => {
+                // The innermost explicit [rankN] wins over a torchrun local index.
+                if inner.starts_with("rank") || rank.is_none() {
+                    rank = Some(n);
+                }
+                rest = &after[close + 2..];
+            }
+            None => {
+                // mpirun: `[1,3]<stdout>:`
+                if let (Some((_, r)), true) = (inner.split_once(','), after[close..].starts_with("]<")) {
+                    if let Ok(n) = r.parse() {
+                        rank = Some(n);
+                    }
+                }
+                break;
+            }
+        }
+    }
+    if let Some(after) = rest.strip_prefix('[') {
+        // `[1,3]<stdout>:` form
+        if let Some(close) = after.find("]<") {
+            if let Some((_, r)) = after[..close].split_once(',') {
+                if let (Ok(n), Some(colon)) = (r.parse::<u32>(), after[close..].find(">:")) {
+                    rank = Some(n);
+                    rest = &after[close + colon + 2..];
+                }
+            }
+        }
+    }
+    (rank, rest)
+}
+
+/// The level of a line, cheaply (no full parse). `line` has its rank prefix stripped.
+pub fn level_of(line: &str) -> Level {
+    let b = line.as_bytes();
+    if let Some(i) = find(b, b" NCCL ") {
+        let tail = &b[i + 6..];
+        if tail.starts_with(b"WARN") {
+            return Level::Warn;
+        }
+        if tail.starts_with(b"INFO") {
+            return Level::Info;
+        }
+        if tail.starts_with(b"TRACE") || tail.starts_with(b"CALL") {
+            return Level::Trace;
+        }
+    }
+    if let Some(l) = c10_level(b) {
+        return l;
+    }
+    if b.starts_with(b"[epdoctor-harness] ") {
+        return harness_level(line);
+    }
+    let t = line.trim_start();
+    if is_exception_line(t) {
+        return Level::Error;
+    }
+    const ERR_STARTS: [&str; 9] = [
+        "terminate called after throwing",
+        "Segmentation fault",
+        "Bus error",
+        "Fatal Python error",
+        "Aborted (core dumped)",
+        "ERROR:",
+        "CRITICAL:",
+        "FATAL:",
+        "[ERROR]",
+    ];
+    if ERR_STARTS.iter().any(|p| t.starts_with(p)) {
+        return Level::Error;
+    }
+    if t.starts_with("WARNING:") || t.starts_with("[WARNING]") || t.starts_with("WARN:") {
+        return Level::Warn;
+    }
+    // Python `warnings`: "/path/file.py:12: UserWarning: ..."
+    if t.contains("Warning: ") && (t.contains(".py:") || t.starts_with("Warning: ")) {
+        return Level::Warn;
+    }
+    // Python logging with a logger: "WARNING:torch.distributed...", " - WARNING - ".
+    if t.contains(" - ERROR - ") || t.contains(" - CRITICAL - ") {
+        return Level::Error;
+    }
+    if t.contains(" - WARNING - ") {
+        return Level::Warn;
+    }
+    // NVSHMEM's error macro: "/path/file.cu:123: non-zero status: 7 ..."
+    if t.contains(": non-zero status: ") || t.contains("NVSHMEM ERROR") || t.contains(" ERROR: ") {
+        return Level::Error;
+    }
+    // Kernel log lines quoted from dmesg.
+    if t.contains("NVRM: Xid") || t.contains("Out of memory: Killed process") {
+        return Level::Error;
+    }
+    Level::None
+}
+
+fn harness_level(line: &str) -> Level {
+    if line.contains(" exit=0") && !line.contains("deadline") {
+        Level::Info
+    } else if line.contains(" exit=") || line.contains(" signal=") || line.contains("deadline") || line.contains("killed") {
+        Level::Error
+    } else if line.contains("leftover") {
+        Level::Warn
+    } else {
+        Level::Info
+    }
+}
+
+/// `SomeError: ...`, `torch.distributed.DistBackendError: ...`, `KeyboardInterrupt` at line start.
+fn is_exception_line(t: &str) -> bool {
+    let name_end = t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(t.len());
+    if name_end == 0 {
+        return false;
+    }
+    let name = &t[..name_end];
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let is_exc = last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt" || last == "SystemExit";
+    if !is_exc || !last.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return false;
+    }
+    let rest = &t[name_end..];
+    rest.is_empty() || rest.starts_with(':')
+}
+
+/// c10 / glog severity: `[W1129 13:54:38.758 file:line]`, `[W file:line]`, `W1129 13:54:38.758 123 file:line]`.
+fn c10_level(b: &[u8]) -> Option<Level> {
+    let (sev, rest) = if b.first() == Some(&b'[') && b.len() > 3 {
+        (b[1], &b[2..])
+    } else if b.len() > 6 && b[1..5].iter().all(u8::is_ascii_digit) && b[5] == b' ' {
+        (b[0], &b[1..])
+    } else {
+        return None;
+    };
+    let lvl = match sev {
+        b'I' => Level::Info,
+        b'W' => Level::Warn,
+        b'E' | b'F' => Level::Error,
+        _ => return None,
+    };
+    // Must be followed by MMDD or a space + file:line] to count.
+    let ok = rest.first().is_some_and(|c| c.is_ascii_digit() || *c == b' ')
+        && rest.iter().take(80).any(|&c| c == b']')
+        && find(&rest[..rest.len().min(120)], b":").is_some();
+    ok.then_some(lvl)
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    if n.len() > h.len() {
+        return None;
+    }
+    h.windows(n.len()).position(|w| w == n)
+}
+
+/// The full parse of a line (rank prefix already stripped by the caller and passed in `rank`).
+pub fn parse<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
+    let level = level_of(line);
+    if let Some(r) = parse_nccl(line, level, rank) {
+        return r;
+    }
+    if let Some(r) = parse_c10(line, level, rank) {
+        return r;
+    }
+    if let Some(rest) = line.strip_prefix("[epdoctor-harness] ") {
+        return Record { kind: Kind::Harness, rank: rank.or_else(|| kv_u32(rest, "rank=")), msg: rest, ..base(level) };
+    }
+    if let Some(rest) = line.strip_prefix("[epdoctor] ") {
+        let ts = kv(rest, "t=").and_then(|t| t.parse::<f64>().ok()).map(unix_to_year_secs);
+        return Record { kind: Kind::Worker, rank: rank.or_else(|| kv_u32(rest, "rank=")), ts, msg: rest, ..base(level) };
+    }
+    let kind = if is_exception_line(line.trim_start()) { Kind::Python } else { Kind::Other };
+    Record { kind, rank, msg: line, ..base(level) }
+}
+
+fn base<'a>(level: Level) -> Record<'a> {
+    Record {
+        kind: Kind::Other,
+        level,
+        rank: None,
+        host: None,
+        pid: None,
+        tid: None,
+        dev: None,
+        site: None,
+        ts: None,
+        msg: "",
+    }
+}
+
+/// The value after `key` up to the next space.
+pub fn kv<'a>(s: &'a str, key: &str) -> Option<&'a str> {
+    let i = s.find(key)?;
+    if i > 0 && !s.as_bytes()[i - 1].is_ascii_whitespace() {
+        return None;
+    }
+    let v = &s[i + key.len()..];
+    Some(v.split_whitespace().next().unwrap_or(""))
+}
+
+fn kv_u32(s: &str, key: &str) -> Option<u32> {
+    kv(s, key)?.parse().ok()
+}
+
+/// `[TS] host:pid:tid [dev] [file:line [(func)] ]NCCL LEVEL msg`
+fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Record<'a>> {
+    let idx = line.find(" NCCL ")?;
+    let after = &line[idx + 6..];
+    let (lvl_word, msg) = after.split_once(' ').unwrap_or((after, ""));
+    if !matches!(lvl_word, "WARN" | "INFO" | "TRACE" | "CALL" | "ABORT") {
+        return None;
+    }
+    let mut head = &line[..idx];
+    let mut ts = None;
+    if let Some(rest) = head.strip_prefix('[') {
+        if let Some(close) = rest.find("] ") {
+            ts = parse_nccl_ts(&rest[..close]);
+            head = &rest[close + 2..];
+        }
+    }
+    // head = "host:pid:tid [dev]" optionally followed by " file:line" and " (func)"
+    let mut parts = head.splitn(2, " [");
+    let hpt = parts.next()?;
+    let rest = parts.next().unwrap_or("");
+    let mut hpt_it = hpt.rsplitn(3, ':');
+    let tid = hpt_it.next().and_then(|t| t.parse().ok());
+    let pid = hpt_it.next().and_then(|p| p.parse().ok());
+    let host = hpt_it.next().filter(|h| !h.is_empty() && !h.contains(' '));
+    let (dev, after_dev) = match rest.split_once(']') {
+        Some((d, a)) => (d.parse().ok(), a.trim_start()),
+        None => (None, ""),
+    };
+    let mut site = None;
+    if let Some(tok) = after_dev.split_whitespace().next() {
+        if let Some((f, l)) = tok.rsplit_once(':') {
+            if let Ok(n) = l.parse() {
+                site = Some((f, n));
+            }
+        }
+    }
+    // INFO unwinding lines carry their site inside the message: "misc/socket.cc:826 -> 3".
+    if site.is_none() {
+        if let Some(tok) = msg.split_whitespace().next() {
+            if let Some((f, l)) = tok.rsplit_once(':') {
+                if f.ends_with(".cc") || f.ends_with(".h") || f.ends_with(".cu") {
+                    if let Ok(n) = l.parse() {
+                        site = Some((f, n));
+                    }
+                }
+            }
+        }
+    }
+    Some(Record {
+        kind: Kind::Nccl,
+        level,
+        rank,
+        host,
+        pid,
+        tid,
+        dev,
+        site,
+        ts,
+        msg,
+    })
+}
+
+/// `[W1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] msg` (also without the date, and glog's
+/// unbracketed `W1129 13:54:38.758 123 file:line] msg`).
+fn parse_c10<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Record<'a>> {
+    c10_level(line.as_bytes())?;
+    let bracketed = line.starts_with('[');
+    let body = if bracketed { &line[2..] } else { &line[1..] };
+    let close = body.find(']')?;
+    let inner = &body[..close];
+    let msg = body[close + 1..].trim_start();
+    let mut ts = None;
+    let mut toks = inner.split_whitespace().collect::<Vec<_>>();
+    if let (Some(date), Some(time)) = (toks.first(), toks.get(1)) {
+        if date.len() == 4 && date.bytes().all(|c| c.is_ascii_digit()) {
+            let month: u32 = date[..2].parse().ok()?;
+            let day: u32 = date[2..].parse().ok()?;
+            ts = hms(time).map(|s| day_of_year(2001, month, day) as f64 * 86400.0 + s);
+            toks.drain(..2);
+        }
+    }
+    let site = toks.last().and_then(|t| t.rsplit_once(':')).and_then(|(f, l)| Some((f, l.parse().ok()?)));
+    let msg = msg.strip_prefix("Warning: ").unwrap_or(msg);
+    Some(Record { kind: Kind::Torch, level, rank, site, ts, msg, ..base(level) })
+}
+
+fn hms(s: &str) -> Option<f64> {
+    let mut it = s.splitn(3, ':');
+    let h: f64 = it.next()?.parse().ok()?;
+    let m: f64 = it.next()?.parse().ok()?;
+    let sec: f64 = it.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + sec)
+}
+
+/// `2026-11-29 14:09:06` (NCCL's default format; fractional seconds allowed).
+fn parse_nccl_ts(s: &str) -> Option<f64> {
+    let (date, time) = s.split_once(' ')?;
+    let mut d = date.splitn(3, '-');
+    let y: i64 = d.next()?.parse().ok()?;
+    let m: u32 = d.next()?.parse().ok()?;
+    let dd: u32 = d.next()?.parse().ok()?;
+    Some(day_of_year(y, m, dd) as f64 * 86400.0 + hms(time)?)
+}
+
+fn is_leap(y: i64) -> bool {
+    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+}
+
+fn day_of_year(y: i64, m: u32, d: u32) -> u32 {
+    const CUM: [u32; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let m = m.clamp(1, 12);
+    CUM[(m - 1) as usize] + d.saturating_sub(1) + u32::from(m > 2 && is_leap(y))
+}
+
+fn unix_to_year_secs(t: f64) -> f64 {
+    // Days since 1970-01-01 -> civil year, then subtract that year's start.
+    let days = (t / 86400.0).floor() as i64;
+    let mut y = 1970i64;
+    let mut left = days;
+    loop {
+        let len = if is_leap(y) { 366 } else { 365 };
+        if left < len {
+            break;
+        }
+        left -= len;
+        y += 1;
+    }
+    left as f64 * 86400.0 + (t - days as f64 * 86400.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_warn_with_timestamp_and_func() {
+        let l = "[2026-11-29 14:33:31] vm:554:554 [0] transport/rma_socket.cc:32 (ncclRmaSocketProxyInit) NCCL WARN RMA/Socket : rma_socket requires GDRCopy";
+        let r = parse(l, None);
+        assert_eq!(r.kind, Kind::Nccl);
+        assert_eq!(r.level, Level::Warn);
+        assert_eq!(r.host, Some("vm"));
+        assert_eq!(r.pid, Some(554));
+        assert_eq!(r.dev, Some(0));
+        assert_eq!(r.site, Some(("transport/rma_socket.cc", 32)));
+        assert!(r.ts.is_some());
+        assert!(r.msg.starts_with("RMA/Socket"));
+    }
+
+    #[test]
+    fn nccl_info_unwind_site() {
+        let r = parse("0bc8f5b83646:2374:2994 [0] NCCL INFO misc/socket.cc:826 -> 3", None);
+        assert_eq!(r.level, Level::Info);
+        assert_eq!(r.site, Some(("misc/socket.cc", 826)));
+        assert_eq!(r.host, Some("0bc8f5b83646"));
+    }
+
+    #[test]
+    fn c10_with_rank_prefix() {
+        let (rank, rest) = strip_rank_prefix("[rank3]:[W310 15:54:45.576772833 ProcessGroupNCCL.cpp:1802] [PG ID 0 PG GUID 0 Rank 3] Failed to check");
+        assert_eq!(rank, Some(3));
+        let r = parse(rest, rank);
+        assert_eq!(r.kind, Kind::Torch);
+        assert_eq!(r.level, Level::Warn);
+        assert_eq!(r.site, Some(("ProcessGroupNCCL.cpp", 1802)));
+        assert!(r.msg.starts_with("[PG ID 0"));
+    }
+
+    #[test]
+    fn c10_without_date() {
+        let r = parse("[W ProcessGroupNCCL.cpp:1128] Warning: something", None);
+        assert_eq!(r.level, Level::Warn);
+        assert_eq!(r.site, Some(("ProcessGroupNCCL.cpp", 1128)));
+        assert_eq!(r.msg, "something");
+    }
+
+    #[test]
+    fn levels() {
+        assert_eq!(level_of("RuntimeError: DeepEP error: timeout"), Level::Error);
+        assert_eq!(level_of("torch.distributed.DistBackendError: NCCL error in: x"), Level::Error);
+        assert_eq!(level_of("Traceback (most recent call last):"), Level::None);
+        assert_eq!(level_of("ErrorCount: 3 is fine"), Level::None);
+        assert_eq!(level_of("some ordinary output"), Level::None);
+        assert_eq!(level_of("[epdoctor-harness] rank=1 exit=0"), Level::Info);
+        assert_eq!(level_of("[epdoctor-harness] rank=1 signal=9 (SIGKILL)"), Level::Error);
+        assert_eq!(level_of("/x/y.py:3: UserWarning: careful"), Level::Warn);
+    }
+
+    #[test]
+    fn mpirun_and_torchrun_prefixes() {
+        assert_eq!(strip_rank_prefix("[1,5]<stdout>:hello"), (Some(5), "hello"));
+        assert_eq!(strip_rank_prefix("[default2]:[rank6]:[W x.cpp:1] m").0, Some(6));
+        assert_eq!(strip_rank_prefix("[default2]:text"), (Some(2), "text"));
+        assert_eq!(strip_rank_prefix("[not a prefix] x"), (None, "[not a prefix] x"));
+    }
+
+    #[test]
+    fn worker_marker_time() {
+        let r = parse("[epdoctor] rank=1 phase=work t=1764426546.500000", None);
+        assert_eq!(r.kind, Kind::Worker);
+        assert_eq!(r.rank, Some(1));
+        assert!(r.ts.unwrap() > 0.0);
+    }
+}

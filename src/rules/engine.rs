@@ -1,0 +1,642 @@
+//! The matcher: one pass over every line with a single `RegexSet` (rules, phase markers and the
+//! engine's own version and rank lines together), then arbitration into findings and a verdict.
+//!
+//! Memory stays bounded whatever the input size: per group of hits we keep a count, a capped
+//! sample of lines and the earliest one; unexplained lines are capped the same way.
+
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::{Context, Result};
+use regex::{Regex, RegexSet};
+
+use super::schema::{self, Fingerprint, Marker, Phase, Rule};
+use super::version::Version;
+use crate::log::{self, Input, Level};
+use crate::report::model::{
+    Analysis, Evidence, Finding, InputSummary, Severity, Template, Unexplained, Verdict, VersionNote, SCHEMA_VERSION,
+};
+
+/// Hits kept per group (the rest are counted).
+const SAMPLE: usize = 32;
+/// Unexplained lines kept (the rest are counted, and grouped by template when asked).
+const UNEXPLAINED_KEEP: usize = 200;
+const TEMPLATE_CAP: usize = 5000;
+const WHO_CAP: usize = 4096;
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub max_bytes: Option<u64>,
+    /// Treat the log as if it had stated this NCCL version (fixtures, `repro` cells).
+    pub assume_nccl: Option<Version>,
+    pub evidence: usize,
+    pub templates: bool,
+}
+
+/// What the engine looks for besides rules.
+#[derive(Debug, Clone, Copy)]
+enum Internal {
+    NcclVersion,
+    RankMap,
+    TorchVersion,
+}
+
+enum Slot {
+    Rule(usize),
+    Marker(usize),
+    Internal(Internal),
+}
+
+pub struct Engine {
+    pub rules: Vec<Rule>,
+    markers: Vec<(Marker, Regex)>,
+    fingerprints: Vec<Fingerprint>,
+    set: RegexSet,
+    slots: Vec<Slot>,
+    nccl_version_re: Regex,
+    rank_map_re: Regex,
+    torch_version_re: Regex,
+}
+
+impl Engine {
+    pub fn new(rules: Vec<Rule>) -> Result<Engine> {
+        let markers = schema::load_markers()?;
+        let fingerprints = schema::load_fingerprints()?;
+        let nccl_version_re = Regex::new(r"NCCL version (\d+\.\d+\.\d+)(\S*)").unwrap();
+        let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
+        let torch_version_re = Regex::new(
+            r"(?i)(?:\bpytorch version|\btorch version|\btorch==|\btorch\.__version__[ =:]*|\btorch )[ :=]*v?(\d+\.\d+(?:\.\d+)?)(\S*)",
+        )
+        .unwrap();
+        let mut pats: Vec<String> = Vec::new();
+        let mut slots = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            for p in &r.def.patterns {
+                pats.push(p.clone());
+                slots.push(Slot::Rule(i));
+            }
+        }
+        for (i, (m, _)) in markers.iter().enumerate() {
+            pats.push(m.pattern.clone());
+            slots.push(Slot::Marker(i));
+        }
+        for (re, k) in [
+            (&nccl_version_re, Internal::NcclVersion),
+            (&rank_map_re, Internal::RankMap),
+            (&torch_version_re, Internal::TorchVersion),
+        ] {
+            pats.push(re.as_str().to_string());
+            slots.push(Slot::Internal(k));
+        }
+        let set = RegexSet::new(&pats).context("cannot build the rule set")?;
+        Ok(Engine { rules, markers, fingerprints, set, slots, nccl_version_re, rank_map_re, torch_version_re })
+    }
+
+    pub fn analyze(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
+        let mut st = State { want_templates: opts.templates, ..State::default() };
+        let mut budget = opts.max_bytes;
+        for (si, input) in inputs.iter().enumerate() {
+            let mut reader = log::open(input, budget)?;
+            let name = input.name();
+            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+            loop {
+                let line = match reader.next_line() {
+                    Ok(Some(l)) => log::clean_line(l),
+                    Ok(None) => break,
+                    Err(e) => {
+                        // Truncated gzip/zstd and the like: keep what was read, say so.
+                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                        break;
+                    }
+                };
+                src.lines += 1;
+                self.line(&mut st, &mut src, &line);
+            }
+            if reader.cut_lines > 0 {
+                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+            }
+            if reader.hit_limit {
+                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+            }
+            if let Some(b) = budget.as_mut() {
+                *b = b.saturating_sub(reader.bytes_read);
+            }
+            st.source_ranks.push(src.ranks.clone());
+            st.inputs.push(InputSummary { source: name.clone(), lines: src.lines, bytes: reader.bytes_read, ranks: Vec::new() });
+            st.names.push(name);
+        }
+        Ok(self.finish(st, opts))
+    }
+
+    fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
+        if raw.is_empty() {
+            return;
+        }
+        let (prefix_rank, line) = log::strip_rank_prefix(raw);
+        let matches = self.set.matches(line);
+        let level = log::level_of(line);
+        if !matches.matched_any() && level < Level::Warn {
+            return;
+        }
+        let rec = log::parse(line, prefix_rank);
+        if let Some(r) = rec.rank {
+            if src.ranks.len() < 64 {
+                src.ranks.insert(r);
+            }
+        }
+        let mut cands: Vec<usize> = Vec::new();
+        for m in matches.iter() {
+            match self.slots[m] {
+                Slot::Rule(r) => {
+                    if !cands.contains(&r) {
+                        cands.push(r);
+                    }
+                }
+                Slot::Marker(i) => {
+                    let p = self.markers[i].0.phase;
+                    // Teardown is sticky: a later communicator's init does not undo it.
+                    if src.phase != Some(Phase::Teardown) || p == Phase::Teardown {
+                        src.phase = Some(p);
+                    }
+                }
+                Slot::Internal(Internal::NcclVersion) => {
+                    if let Some(c) = self.nccl_version_re.captures(line) {
+                        let v = format!("{}{}", &c[1], &c[2]);
+                        if !st.nccl_versions.contains(&v) && st.nccl_versions.len() < 16 {
+                            st.nccl_versions.push(v);
+                        }
+                    }
+                }
+                Slot::Internal(Internal::TorchVersion) => {
+                    if st.torch_version.is_none() {
+                        if let Some(c) = self.torch_version_re.captures(line) {
+                            st.torch_version = Some(format!("{}{}", &c[1], &c[2]));
+                        }
+                    }
+                }
+                Slot::Internal(Internal::RankMap) => {
+                    if let (Some(c), Some(pid)) = (self.rank_map_re.captures(line), rec.pid) {
+                        let rank: u32 = c[1].parse().unwrap_or(0);
+                        let nranks: u32 = c[2].parse().unwrap_or(0);
+                        // The world communicator (most ranks) names the rank; split comms renumber.
+                        let key = (rec.host.unwrap_or("").to_string(), pid);
+                        let e = st.rank_map.entry(key).or_insert((rank, nranks));
+                        if nranks > e.1 {
+                            *e = (rank, nranks);
+                        }
+                    }
+                }
+            }
+        }
+        let phase = src.phase;
+        cands.retain(|&r| phase_ok(self.rules[r].def.phase, phase));
+        // Highest priority first, then file order.
+        cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
+        // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
+        if level == Level::Warn && rec.kind == log::Kind::Nccl {
+            if let Some((f, l)) = rec.site {
+                if st.sites.len() < 64 {
+                    st.sites.insert((f.to_string(), l));
+                }
+            }
+        }
+        st.order += 1;
+        let hit = Hit {
+            source: src.idx,
+            line: src.lines,
+            order: st.order,
+            rank: rec.rank,
+            host: rec.host.map(str::to_string),
+            pid: rec.pid,
+            ts: rec.ts,
+            text: raw.to_string(),
+        };
+        if cands.is_empty() {
+            if level >= Level::Warn {
+                st.add_unexplained(hit);
+            }
+            return;
+        }
+        let g = st.groups.entry(cands).or_default();
+        g.add(hit);
+    }
+
+    fn finish(&self, mut st: State, opts: &Options) -> Analysis {
+        // Versions.
+        let mut versions = Vec::new();
+        let stated_nccl = st.nccl_versions.first().cloned();
+        if st.nccl_versions.len() > 1 {
+            st.notes.push(format!("the log shows several NCCL versions: {}", st.nccl_versions.join(", ")));
+        }
+        let mut nccl_v: Option<Version> = None;
+        let mut nccl_out: Option<String> = None;
+        if let Some(v) = opts.assume_nccl {
+            nccl_v = Some(v);
+            nccl_out = Some(v.to_string());
+            versions.push(VersionNote { component: "nccl".into(), value: v.to_string(), how: "assumed".into(), detail: "given by the caller".into() });
+        } else if let Some(s) = &stated_nccl {
+            nccl_v = Version::parse(s);
+            nccl_out = nccl_v.map(|v| v.to_string());
+            versions.push(VersionNote { component: "nccl".into(), value: s.clone(), how: "stated".into(), detail: "NCCL version line".into() });
+        } else if let Some((min, max, sites)) = self.infer_nccl(&st.sites) {
+            nccl_v = Some(min);
+            let value = if min == max { min.to_string() } else { format!("{min}-{max}") };
+            if min == max {
+                nccl_out = Some(min.to_string());
+            }
+            versions.push(VersionNote {
+                component: "nccl".into(),
+                value,
+                how: "inferred".into(),
+                detail: format!("from the file:line of WARN sites {}", sites.join(", ")),
+            });
+        }
+        let torch_v = st.torch_version.as_deref().and_then(Version::parse);
+        if let Some(t) = &st.torch_version {
+            versions.push(VersionNote { component: "torch".into(), value: t.clone(), how: "stated".into(), detail: "a torch version in the log".into() });
+        }
+
+        // Rank resolution: explicit rank, else (host, pid) from NCCL init lines, else the source's
+        // single rank.
+        let rank_map = std::mem::take(&mut st.rank_map);
+        let source_ranks = st.source_ranks.clone();
+        let pid_only: HashMap<u32, u32> = {
+            let mut m: HashMap<u32, Option<u32>> = HashMap::new();
+            for ((_, pid), (rank, _)) in &rank_map {
+                let e = m.entry(*pid).or_insert(Some(*rank));
+                if *e != Some(*rank) {
+                    *e = None;
+                }
+            }
+            m.into_iter().filter_map(|(p, r)| r.map(|r| (p, r))).collect()
+        };
+        let resolve = |h: &Hit| -> Option<u32> {
+            h.rank
+                .or_else(|| h.pid.and_then(|p| rank_map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
+                .or_else(|| h.pid.and_then(|p| pid_only.get(&p).copied()))
+                .or_else(|| {
+                    let rs = &source_ranks[h.source];
+                    (rs.len() == 1).then(|| *rs.iter().next().unwrap())
+                })
+        };
+
+        // Version gates first, then requires/excludes against the rules that can fire.
+        let version_ok = |r: &Rule| -> bool {
+            let gate = |range: &Option<super::version::Range>, v: Option<Version>| match (range, v) {
+                (None, _) => true,
+                (Some(rg), Some(v)) => rg.contains(v),
+                (Some(_), None) => r.def.if_version_unknown,
+            };
+            gate(&r.nccl, nccl_v) && gate(&r.torch, torch_v)
+        };
+        let allowed: Vec<bool> = self.rules.iter().map(version_ok).collect();
+        let winner = |cands: &[usize], fired: Option<&BTreeSet<usize>>| -> Option<usize> {
+            cands.iter().copied().find(|&r| {
+                allowed[r]
+                    && fired.is_none_or(|f| {
+                        let d = &self.rules[r].def;
+                        d.requires.iter().all(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
+                            && !d.excludes.iter().any(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
+                    })
+            })
+        };
+        let fired0: BTreeSet<usize> = st.groups.keys().filter_map(|c| winner(c, None)).collect();
+
+        #[derive(Default)]
+        struct Acc {
+            count: u64,
+            hits: Vec<Hit>,
+            ranks: BTreeSet<u32>,
+        }
+        let mut accs: HashMap<usize, Acc> = HashMap::new();
+        let mut unexplained_hits = std::mem::take(&mut st.unexplained);
+        let mut extra_unexplained = st.unexplained_dropped;
+        for (cands, g) in std::mem::take(&mut st.groups) {
+            match winner(&cands, Some(&fired0)) {
+                Some(r) => {
+                    let a = accs.entry(r).or_default();
+                    a.count += g.count;
+                    for h in &g.sample {
+                        if let Some(rk) = resolve(h) {
+                            a.ranks.insert(rk);
+                        }
+                    }
+                    for w in &g.who {
+                        if let Some(rk) = w.0.or_else(|| {
+                            resolve(&Hit { source: w.3, rank: None, host: w.1.clone(), pid: w.2, ..Hit::default() })
+                        }) {
+                            a.ranks.insert(rk);
+                        }
+                    }
+                    a.hits.extend(g.sample);
+                    if let Some(e) = g.earliest_ts {
+                        a.hits.push(e);
+                    }
+                }
+                None => {
+                    // Every candidate was gated out: these lines are unexplained if they are warnings.
+                    for h in g.sample {
+                        if log::level_of(log::strip_rank_prefix(&h.text).1) >= Level::Warn {
+                            if opts.templates {
+                                st.add_template(&h);
+                            }
+                            unexplained_hits.push(h);
+                        }
+                    }
+                    extra_unexplained += g.count.saturating_sub(SAMPLE as u64);
+                }
+            }
+        }
+
+        let mut findings: Vec<(Finding, SortKey, i32, bool)> = Vec::new();
+        for (r, mut a) in accs {
+            let rule = &self.rules[r];
+            a.hits.sort_by_key(|h| h.order);
+            a.hits.dedup_by_key(|h| h.order);
+            let earliest = a.hits.iter().min_by(|x, y| time_key(x).cmp(&time_key(y))).cloned();
+            let key = earliest.as_ref().map(time_key).unwrap_or_default();
+            let mut ev: Vec<&Hit> = Vec::new();
+            if let Some(e) = &earliest {
+                ev.push(a.hits.iter().find(|h| h.order == e.order).unwrap());
+            }
+            for h in &a.hits {
+                if ev.len() >= opts.evidence.max(1) {
+                    break;
+                }
+                if !ev.iter().any(|x| x.order == h.order) {
+                    ev.push(h);
+                }
+            }
+            let evidence = ev
+                .into_iter()
+                .map(|h| Evidence { source: st.names[h.source].clone(), line: h.line, rank: resolve(h), text: h.text.clone() })
+                .collect();
+            let d = &rule.def;
+            findings.push((
+                Finding {
+                    rule: d.id.clone(),
+                    title: d.title.clone(),
+                    category: d.category.clone(),
+                    severity: d.severity,
+                    benign: d.benign,
+                    ranks: a.ranks.into_iter().collect(),
+                    count: a.count,
+                    evidence,
+                    root_cause: d.root_cause.trim().to_string(),
+                    fix: d.fix.trim().to_string(),
+                    refs: d.refs.clone(),
+                    context: None,
+                },
+                key,
+                d.priority,
+                d.symptom,
+            ));
+        }
+        findings.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.rule.cmp(&b.0.rule)));
+
+        // A failure elsewhere in the run turns teardown noise into symptoms of that failure.
+        let cause = findings
+            .iter()
+            .find(|(f, _, _, symptom)| !f.benign && f.severity >= Severity::Warning && !symptom)
+            .map(|(f, ..)| (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default()));
+        if let Some((cause_id, at)) = &cause {
+            for (f, _, _, symptom) in findings.iter_mut() {
+                let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
+                if f.benign && r.def.demote_on_failure {
+                    f.benign = false;
+                    f.severity = Severity::Warning;
+                    *symptom = true;
+                    f.context = Some(format!(
+                        "not teardown noise here: the run also shows `{cause_id}` ({at}); these lines are a consequence of that failure"
+                    ));
+                }
+            }
+        }
+
+        let actionable: Vec<usize> = (0..findings.len())
+            .filter(|&i| !findings[i].0.benign && findings[i].0.severity >= Severity::Warning)
+            .collect();
+        let primary_idx = if !actionable.is_empty() {
+            actionable.iter().copied().find(|&i| !findings[i].3).or_else(|| actionable.first().copied())
+        } else {
+            // Benign: the finding that explains most (priority), then the earliest.
+            (0..findings.len()).max_by(|&a, &b| findings[a].2.cmp(&findings[b].2).then_with(|| findings[b].1.cmp(&findings[a].1)))
+        };
+
+        // Unexplained lines, in input order.
+        unexplained_hits.sort_by_key(|h| h.order);
+        let total_unexplained = unexplained_hits.len() as u64 + extra_unexplained;
+        let templates = opts.templates.then(|| {
+            let mut v: Vec<Template> = st
+                .templates
+                .drain()
+                .map(|(t, (count, h))| Template {
+                    template: t,
+                    count,
+                    example: Unexplained { source: st.names[h.source].clone(), line: h.line, text: h.text },
+                })
+                .collect();
+            v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.template.cmp(&b.template)));
+            v
+        });
+        let unexplained: Vec<Unexplained> = unexplained_hits
+            .into_iter()
+            .take(UNEXPLAINED_KEEP)
+            .map(|h| Unexplained { source: st.names[h.source].clone(), line: h.line, text: h.text })
+            .collect();
+        if total_unexplained > unexplained.len() as u64 {
+            st.notes.push(format!("{} unexplained warning/error lines in all; the first {} are listed", total_unexplained, unexplained.len()));
+        }
+
+        let verdict = if !actionable.is_empty() {
+            Verdict::Actionable
+        } else if total_unexplained > 0 {
+            Verdict::Unknown
+        } else if !findings.is_empty() {
+            Verdict::Benign
+        } else {
+            Verdict::Clean
+        };
+        let primary = primary_idx.map(|i| findings[i].0.clone());
+
+        for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
+            s.ranks = ranks.iter().copied().collect();
+        }
+
+        Analysis {
+            schema_version: SCHEMA_VERSION,
+            tool_version: crate::VERSION.to_string(),
+            verdict,
+            nccl_version: nccl_out,
+            torch_version: torch_v.map(|v| v.to_string()),
+            primary,
+            findings: findings.into_iter().map(|f| f.0).collect(),
+            unexplained,
+            versions,
+            inputs: st.inputs,
+            unexplained_templates: templates,
+            notes: st.notes,
+        }
+    }
+
+    /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
+    fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+        let mut cand: Option<BTreeSet<usize>> = None;
+        let mut used = Vec::new();
+        for (file, line) in sites {
+            let hits: BTreeSet<usize> = self
+                .fingerprints
+                .iter()
+                .enumerate()
+                .filter(|(_, fp)| {
+                    fp.sites.iter().any(|s| {
+                        s.rsplit_once(':').is_some_and(|(f, l)| l.parse() == Ok(*line) && (file == f || file.ends_with(&format!("/{f}"))))
+                    })
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if hits.is_empty() {
+                continue;
+            }
+            used.push(format!("{file}:{line}"));
+            cand = Some(match cand {
+                None => hits,
+                Some(c) => {
+                    let i: BTreeSet<usize> = c.intersection(&hits).copied().collect();
+                    if i.is_empty() {
+                        return None;
+                    }
+                    i
+                }
+            });
+        }
+        let c = cand?;
+        let min = c.iter().filter_map(|&i| Version::parse(&self.fingerprints[i].min)).min()?;
+        let max = c.iter().filter_map(|&i| Version::parse(&self.fingerprints[i].max)).max()?;
+        Some((min, max, used))
+    }
+}
+
+fn phase_ok(want: Phase, have: Option<Phase>) -> bool {
+    match (want, have) {
+        (Phase::Any, _) | (_, None) => true,
+        (w, Some(h)) => w == h,
+    }
+}
+
+/// Sort key for "earliest": lines with a timestamp first, by time; then by input order.
+type SortKey = (u8, u64, u64);
+
+fn time_key(h: &Hit) -> SortKey {
+    match h.ts {
+        Some(t) => (0, (t * 1e6) as u64, h.order),
+        None => (1, h.source as u64, h.order),
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Hit {
+    source: usize,
+    line: u64,
+    order: u64,
+    rank: Option<u32>,
+    host: Option<String>,
+    pid: Option<u32>,
+    ts: Option<f64>,
+    text: String,
+}
+
+#[derive(Default)]
+struct Group {
+    count: u64,
+    sample: Vec<Hit>,
+    earliest_ts: Option<Hit>,
+    /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
+    who: BTreeSet<(Option<u32>, Option<String>, Option<u32>, usize)>,
+}
+
+impl Group {
+    fn add(&mut self, h: Hit) {
+        self.count += 1;
+        if self.who.len() < WHO_CAP {
+            self.who.insert((h.rank, h.host.clone(), h.pid, h.source));
+        }
+        if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) && self.sample.len() >= SAMPLE {
+            self.earliest_ts = Some(h.clone());
+        }
+        if self.sample.len() < SAMPLE {
+            self.sample.push(h);
+        }
+    }
+}
+
+struct SourceState {
+    idx: usize,
+    phase: Option<Phase>,
+    ranks: BTreeSet<u32>,
+    lines: u64,
+}
+
+#[derive(Default)]
+struct State {
+    order: u64,
+    groups: HashMap<Vec<usize>, Group>,
+    unexplained: Vec<Hit>,
+    unexplained_dropped: u64,
+    templates: HashMap<String, (u64, Hit)>,
+    nccl_versions: Vec<String>,
+    torch_version: Option<String>,
+    rank_map: HashMap<(String, u32), (u32, u32)>,
+    sites: BTreeSet<(String, u32)>,
+    source_ranks: Vec<BTreeSet<u32>>,
+    names: Vec<String>,
+    inputs: Vec<InputSummary>,
+    notes: Vec<String>,
+    want_templates: bool,
+}
+
+impl State {
+    fn add_unexplained(&mut self, h: Hit) {
+        if self.want_templates {
+            self.add_template(&h);
+        }
+        if self.unexplained.len() < UNEXPLAINED_KEEP {
+            self.unexplained.push(h);
+        } else {
+            self.unexplained_dropped += 1;
+        }
+    }
+
+    fn add_template(&mut self, h: &Hit) {
+        let t = template_of(&h.text);
+        if let Some(e) = self.templates.get_mut(&t) {
+            e.0 += 1;
+        } else if self.templates.len() < TEMPLATE_CAP {
+            self.templates.insert(t, (1, h.clone()));
+        }
+    }
+}
+
+/// A line with its variable parts masked: host:pid:tid prefixes, timestamps, addresses, numbers.
+pub fn template_of(line: &str) -> String {
+    use std::sync::OnceLock;
+    static RES: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
+    let res = RES.get_or_init(|| {
+        [
+            (r"^\[\d{4}-\d\d-\d\d [\d:.]+\] ", ""),
+            (r"^\S+:\d+:\d+ \[\d+\] ", "<host>:<pid>:<tid> [<dev>] "),
+            (r"^\[[IWEF]\d{4} [\d:.]+ ", "[W<time> "),
+            (r"\b(?:\d{1,3}\.){3}\d{1,3}\b", "<ip>"),
+            (r"0x[0-9a-fA-F]+", "0x<hex>"),
+            (r"\d+", "<n>"),
+        ]
+        .into_iter()
+        .map(|(p, r)| (Regex::new(p).unwrap(), r))
+        .collect()
+    });
+    let (_, rest) = log::strip_rank_prefix(line);
+    let mut s = rest.to_string();
+    for (re, rep) in res {
+        s = re.replace_all(&s, *rep).into_owned();
+    }
+    s
+}

@@ -1,0 +1,293 @@
+//! The rule files: their schema, loading (built-in + user), and validation with errors that name
+//! the file, the rule and the problem.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::version::Range;
+use crate::report::model::Severity;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    #[default]
+    Any,
+    Init,
+    Runtime,
+    Teardown,
+}
+
+/// A rule as written in TOML.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleDef {
+    pub id: String,
+    pub title: String,
+    pub category: String,
+    pub severity: Severity,
+    #[serde(default)]
+    pub benign: bool,
+    pub patterns: Vec<String>,
+    #[serde(default)]
+    pub nccl: Option<String>,
+    #[serde(default)]
+    pub torch: Option<String>,
+    #[serde(default = "yes")]
+    pub if_version_unknown: bool,
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default)]
+    pub requires: Vec<String>,
+    #[serde(default)]
+    pub excludes: Vec<String>,
+    #[serde(default)]
+    pub symptom: bool,
+    #[serde(default)]
+    pub demote_on_failure: bool,
+    #[serde(default)]
+    pub priority: i32,
+    pub root_cause: String,
+    pub fix: String,
+    #[serde(default)]
+    pub refs: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    #[serde(default)]
+    rule: Vec<RuleDef>,
+}
+
+/// A compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub def: RuleDef,
+    pub regexes: Vec<Regex>,
+    pub nccl: Option<Range>,
+    pub torch: Option<Range>,
+    /// Where it was defined, for `rules show` and error messages.
+    pub origin: String,
+}
+
+/// Phase markers (rules/phases.toml).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Marker {
+    pub phase: Phase,
+    pub pattern: String,
+    #[serde(default)]
+    pub note: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PhaseFile {
+    marker: Vec<Marker>,
+}
+
+/// File:line sites of known NCCL WARNs per release (rules/fingerprints.toml).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fingerprint {
+    /// Lowest and highest release the sites identify.
+    pub min: String,
+    pub max: String,
+    pub sites: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FingerprintFile {
+    nccl: Vec<Fingerprint>,
+}
+
+pub const PHASES_FILE: &str = "rules/phases.toml";
+pub const FINGERPRINTS_FILE: &str = "rules/fingerprints.toml";
+
+pub fn embedded() -> &'static [(&'static str, &'static str)] {
+    crate::EMBEDDED
+}
+
+/// Built-in rule files: `rules/*.toml` except the phase and fingerprint tables.
+pub fn builtin_rule_files() -> impl Iterator<Item = (&'static str, &'static str)> {
+    embedded().iter().copied().filter(|(p, _)| {
+        p.starts_with("rules/") && p.ends_with(".toml") && !p[6..].contains('/') && *p != PHASES_FILE && *p != FINGERPRINTS_FILE
+    })
+}
+
+pub fn builtin_fixtures() -> impl Iterator<Item = (&'static str, &'static str)> {
+    embedded().iter().copied().filter(|(p, _)| p.starts_with("rules/fixtures/") && p.ends_with(".log"))
+}
+
+pub fn parse_rule_file(origin: &str, text: &str) -> Result<Vec<Rule>> {
+    let file: RuleFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("rule file {origin}: {e}"))?;
+    let mut seen = HashMap::new();
+    let mut out = Vec::new();
+    for def in file.rule {
+        if let Some(prev) = seen.insert(def.id.clone(), ()) {
+            let _ = prev;
+            bail!("rule file {origin}: rule id `{}` is defined twice", def.id);
+        }
+        out.push(compile(origin, def)?);
+    }
+    Ok(out)
+}
+
+fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
+    let ctx = |what: String| format!("rule file {origin}, rule `{}`: {what}", def.id);
+    if def.id.is_empty() || !def.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        bail!("{}", ctx("the id must be non-empty and use letters, digits, '-' and '_' only".into()));
+    }
+    if def.patterns.is_empty() {
+        bail!("{}", ctx("it has no patterns".into()));
+    }
+    let mut regexes = Vec::new();
+    for (i, p) in def.patterns.iter().enumerate() {
+        let re = Regex::new(p).map_err(|e| anyhow::anyhow!("{}", ctx(format!("pattern {} is not a valid regex: {e}", i + 1))))?;
+        if re.is_match("") {
+            bail!("{}", ctx(format!("pattern {} matches the empty line, so it would match every line", i + 1)));
+        }
+        regexes.push(re);
+    }
+    let nccl = def.nccl.as_deref().map(Range::parse).transpose().map_err(|e| anyhow::anyhow!("{}", ctx(format!("nccl: {e}"))))?;
+    let torch = def.torch.as_deref().map(Range::parse).transpose().map_err(|e| anyhow::anyhow!("{}", ctx(format!("torch: {e}"))))?;
+    if def.benign && def.severity > Severity::Info {
+        bail!("{}", ctx(format!("benign = true needs severity benign or info, not {}", def.severity.as_str())));
+    }
+    Ok(Rule { def, regexes, nccl, torch, origin: origin.to_string() })
+}
+
+/// All rules: built-in files, then user files/folders (a user rule replaces a built-in one by id).
+pub fn load_rules(extra: &[PathBuf]) -> Result<Vec<Rule>> {
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (path, text) in builtin_rule_files() {
+        for r in parse_rule_file(path, text)? {
+            if let Some(&i) = index.get(&r.def.id) {
+                bail!("rule id `{}` is defined in both {} and {path}", r.def.id, rules[i].origin);
+            }
+            index.insert(r.def.id.clone(), rules.len());
+            rules.push(r);
+        }
+    }
+    for p in extra {
+        for file in user_files(p)? {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read rule file {}", file.display()))?;
+            for r in parse_rule_file(&file.display().to_string(), &text)? {
+                match index.get(&r.def.id) {
+                    Some(&i) => rules[i] = r,
+                    None => {
+                        index.insert(r.def.id.clone(), rules.len());
+                        rules.push(r);
+                    }
+                }
+            }
+        }
+    }
+    for r in &rules {
+        for dep in r.def.requires.iter().chain(&r.def.excludes) {
+            if !index.contains_key(dep) {
+                bail!("rule file {}, rule `{}`: requires/excludes names `{dep}`, which is no rule", r.origin, r.def.id);
+            }
+        }
+    }
+    Ok(rules)
+}
+
+fn user_files(p: &Path) -> Result<Vec<PathBuf>> {
+    let meta = std::fs::metadata(p).with_context(|| format!("cannot read rule path {}", p.display()))?;
+    if !meta.is_dir() {
+        return Ok(vec![p.to_path_buf()]);
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(p)
+        .with_context(|| format!("cannot read rule folder {}", p.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        bail!("rule folder {} holds no .toml files", p.display());
+    }
+    Ok(v)
+}
+
+pub fn load_markers() -> Result<Vec<(Marker, Regex)>> {
+    let text = embedded().iter().find(|(p, _)| *p == PHASES_FILE).map(|(_, t)| *t).unwrap_or("marker = []");
+    let f: PhaseFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{PHASES_FILE}: {e}"))?;
+    f.marker
+        .into_iter()
+        .map(|m| {
+            let re = Regex::new(&m.pattern).map_err(|e| anyhow::anyhow!("{PHASES_FILE}: pattern `{}`: {e}", m.pattern))?;
+            Ok((m, re))
+        })
+        .collect()
+}
+
+pub fn load_fingerprints() -> Result<Vec<Fingerprint>> {
+    let text = embedded().iter().find(|(p, _)| *p == FINGERPRINTS_FILE).map(|(_, t)| *t).unwrap_or("nccl = []");
+    let f: FingerprintFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{FINGERPRINTS_FILE}: {e}"))?;
+    Ok(f.nccl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+[[rule]]
+id = "x"
+title = "t"
+category = "teardown"
+severity = "warning"
+patterns = ['abc \d+']
+root_cause = "r"
+fix = "f"
+"#;
+
+    #[test]
+    fn parses_a_rule() {
+        let r = parse_rule_file("t.toml", OK).unwrap();
+        assert_eq!(r[0].def.id, "x");
+        assert!(r[0].def.if_version_unknown);
+    }
+
+    #[test]
+    fn bad_regex_names_file_rule_and_pattern() {
+        let e = parse_rule_file("my.toml", &OK.replace(r"abc \d+", "abc (")).unwrap_err().to_string();
+        assert!(e.contains("my.toml") && e.contains("`x`") && e.contains("pattern 1"), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_is_an_error_with_its_line() {
+        let e = parse_rule_file("my.toml", &OK.replace("fix = \"f\"", "fix = \"f\"\nsevrity = 1")).unwrap_err().to_string();
+        assert!(e.contains("my.toml") && e.contains("sevrity") && e.contains("line"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_id_is_an_error() {
+        let e = parse_rule_file("d.toml", &format!("{OK}\n{OK}")).unwrap_err().to_string();
+        assert!(e.contains("defined twice"), "{e}");
+    }
+
+    #[test]
+    fn empty_matching_pattern_rejected() {
+        let e = parse_rule_file("e.toml", &OK.replace(r"abc \d+", ".*")).unwrap_err().to_string();
+        assert!(e.contains("empty line"), "{e}");
+    }
+
+    #[test]
+    fn builtin_rules_load() {
+        load_rules(&[]).unwrap();
+        load_markers().unwrap();
+        load_fingerprints().unwrap();
+    }
+}
