@@ -20,7 +20,12 @@ pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
 pub fn run(args: &ExplainArgs) -> Result<u8> {
     let engine = rules::engine(&args.rule_opts)?;
     let inputs = log::expand(&args.paths)?;
-    let opts = Options { max_bytes: args.max_bytes, evidence: args.evidence, templates: args.unexplained, ..Default::default() };
+    let opts = Options {
+        max_bytes: args.max_bytes,
+        evidence: args.evidence,
+        templates: args.unexplained,
+        ..Default::default()
+    };
     let analysis = engine.analyze(&inputs, &opts)?;
     let text = report::render(&analysis, args.format, &RenderOpts { redact: !args.no_redact, evidence: args.evidence });
     let mut out = std::io::stdout().lock();

@@ -159,7 +159,11 @@ pub fn level_of(line: &str) -> Level {
 fn harness_level(line: &str) -> Level {
     if line.contains(" exit=0") && !line.contains("deadline") {
         Level::Info
-    } else if line.contains(" exit=") || line.contains(" signal=") || line.contains("deadline") || line.contains("killed") {
+    } else if line.contains(" exit=")
+        || line.contains(" signal=")
+        || line.contains("deadline")
+        || line.contains("killed")
+    {
         Level::Error
     } else if line.contains("leftover") {
         Level::Warn
@@ -176,7 +180,8 @@ fn is_exception_line(t: &str) -> bool {
     }
     let name = &t[..name_end];
     let last = name.rsplit('.').next().unwrap_or(name);
-    let is_exc = last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt" || last == "SystemExit";
+    let is_exc =
+        last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt" || last == "SystemExit";
     if !is_exc || !last.starts_with(|c: char| c.is_ascii_uppercase()) {
         return false;
     }
@@ -227,7 +232,13 @@ pub fn parse<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
     }
     if let Some(rest) = line.strip_prefix("[epdoctor] ") {
         let ts = kv(rest, "t=").and_then(|t| t.parse::<f64>().ok()).map(unix_to_year_secs);
-        return Record { kind: Kind::Worker, rank: rank.or_else(|| kv_u32(rest, "rank=")), ts, msg: rest, ..base(level) };
+        return Record {
+            kind: Kind::Worker,
+            rank: rank.or_else(|| kv_u32(rest, "rank=")),
+            ts,
+            msg: rest,
+            ..base(level)
+        };
     }
     let kind = if is_exception_line(line.trim_start()) { Kind::Python } else { Kind::Other };
     Record { kind, rank, msg: line, ..base(level) }
@@ -310,18 +321,7 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
             }
         }
     }
-    Some(Record {
-        kind: Kind::Nccl,
-        level,
-        rank,
-        host,
-        pid,
-        tid,
-        dev,
-        site,
-        ts,
-        msg,
-    })
+    Some(Record { kind: Kind::Nccl, level, rank, host, pid, tid, dev, site, ts, msg })
 }
 
 /// `[W1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] msg` (also without the date, and glog's
@@ -420,7 +420,9 @@ mod tests {
 
     #[test]
     fn c10_with_rank_prefix() {
-        let (rank, rest) = strip_rank_prefix("[rank3]:[W310 15:54:45.576772833 ProcessGroupNCCL.cpp:1802] [PG ID 0 PG GUID 0 Rank 3] Failed to check");
+        let (rank, rest) = strip_rank_prefix(
+            "[rank3]:[W310 15:54:45.576772833 ProcessGroupNCCL.cpp:1802] [PG ID 0 PG GUID 0 Rank 3] Failed to check",
+        );
         assert_eq!(rank, Some(3));
         let r = parse(rest, rank);
         assert_eq!(r.kind, Kind::Torch);

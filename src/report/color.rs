@@ -47,8 +47,7 @@ pub fn auto_stdout() -> bool {
 }
 
 pub fn print_error(e: &anyhow::Error) {
-    let use_color = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let use_color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     if use_color {
         eprintln!("{} {e:#}", "error:".red().bold());
     } else {

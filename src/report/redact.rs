@@ -10,6 +10,7 @@ use regex::Regex;
 struct Res {
     nccl_host: Regex,
     kv_host: Regex,
+    addr_host: Regex,
     ipv4: Regex,
     ipv6: Regex,
     email: Regex,
@@ -22,7 +23,9 @@ fn res() -> &'static Res {
     static R: OnceLock<Res> = OnceLock::new();
     R.get_or_init(|| Res {
         // `host:pid:tid [dev]` at the start of an NCCL line (after an optional timestamp/rank prefix).
-        nccl_host: Regex::new(r"(?:^|\]:|\] )([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
+        nccl_host: Regex::new(r"(?:^|[\s\]])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
+        // NCCL's socket address format `name<port>` (e.g. "Connection closed by remote peer node7<41234>").
+        addr_host: Regex::new(r"\b([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)<\d+>").unwrap(),
         // hostname=..., host: ..., MASTER_ADDR=..., "on host X" and "Bootstrap : Using eth0:..." style values.
         kv_host: Regex::new(r"(?i)\b(?:hostname|host|master_addr|node|nodename)\s*[=:]\s*([A-Za-z][A-Za-z0-9_.-]*)").unwrap(),
         ipv4: Regex::new(r"\b(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b").unwrap(),
@@ -65,6 +68,9 @@ impl Redactor {
         let r = res();
         for line in text.lines() {
             for c in r.nccl_host.captures_iter(line) {
+                self.learn_host(&c[1]);
+            }
+            for c in r.addr_host.captures_iter(line) {
                 self.learn_host(&c[1]);
             }
             for c in r.kv_host.captures_iter(line) {

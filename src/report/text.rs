@@ -28,10 +28,22 @@ fn verdict_line(v: Verdict) -> &'static str {
 
 pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{} {}  {}", paint("verdict:", Style::new().bold()), paint(a.verdict.as_str(), verdict_style(a.verdict)), verdict_line(a.verdict));
+    let _ = writeln!(
+        s,
+        "{} {}  {}",
+        paint("verdict:", Style::new().bold()),
+        paint(a.verdict.as_str(), verdict_style(a.verdict)),
+        verdict_line(a.verdict)
+    );
     let mut vers = Vec::new();
     for v in &a.versions {
-        vers.push(format!("{} {} ({}{})", v.component, v.value, v.how, if v.how == "inferred" { format!(": {}", v.detail) } else { String::new() }));
+        vers.push(format!(
+            "{} {} ({}{})",
+            v.component,
+            v.value,
+            v.how,
+            if v.how == "inferred" { format!(": {}", v.detail) } else { String::new() }
+        ));
     }
     if !vers.is_empty() {
         let _ = writeln!(s, "versions: {}", vers.join("; "));
@@ -41,7 +53,8 @@ pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
         let _ = writeln!(s, "\n{} {}", paint(&format!("{head}:"), Style::new().bold()), finding_head(p));
         write_finding_body(&mut s, p, opts.evidence);
     }
-    let others: Vec<&Finding> = a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
+    let others: Vec<&Finding> =
+        a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
     if !a.findings.is_empty() {
         let mut t = Table::new();
         t.load_style(presets::UTF8_FULL_CONDENSED);
@@ -65,7 +78,12 @@ pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
         write_finding_body(&mut s, f, opts.evidence.min(2));
     }
     if !a.unexplained.is_empty() {
-        let _ = writeln!(s, "\n{} ({} shown)", paint("unexplained warning/error lines:", Style::new().yellow().bold()), a.unexplained.len());
+        let _ = writeln!(
+            s,
+            "\n{} ({} shown)",
+            paint("unexplained warning/error lines:", Style::new().yellow().bold()),
+            a.unexplained.len()
+        );
         for u in a.unexplained.iter().take(20) {
             let _ = writeln!(s, "  {}:{}: {}", u.source, u.line, u.text);
         }

