@@ -1,6 +1,319 @@
-//! `repro`: run the workload or the user's command under a matrix of settings and compare.
-use crate::cli::ReproArgs;
+//! `repro`: run the built-in workload (or the user's command) under a matrix of settings, explain
+//! every cell with the same engine as `explain`, and compare.
+//!
+//! Test hooks (environment variables read only here, documented in docs/repro.md):
+//! `EPDOCTOR_WORKER_CMD` names a program started instead of `epdoctor worker` (stand-in ranks),
+//! `EPDOCTOR_SHM_DIR` replaces /dev/shm when looking for leftover NCCL files.
 
-pub fn run(_args: &ReproArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("`repro` is not built yet")
+pub mod cell;
+pub mod compare;
+pub mod interrupt;
+pub mod launch;
+pub mod leftovers;
+pub mod markers;
+pub mod matrix;
+pub mod render;
+pub mod result;
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::{Format, ReproArgs, RuleOpts};
+use crate::report::model::Analysis;
+pub use matrix::TEARDOWN_MODES;
+use matrix::{AxisKind, Plan, Workload};
+use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
+
+pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
+
+/// The one call into the explain engine.
+pub(crate) fn explain_cell(paths: &[PathBuf], rules: &RuleOpts) -> anyhow::Result<Analysis> {
+    let _ = (paths, rules);
+    bail!("the explain engine is not in this build yet")
+}
+
+/// The one call into the redactor: report.md is meant to be pasted into an issue.
+fn redact(markdown: &str) -> String {
+    markdown.to_string()
+}
+
+struct SignalStop;
+
+impl launch::Interrupts for SignalStop {
+    fn count(&self) -> usize {
+        interrupt::count()
+    }
+    fn name(&self) -> String {
+        interrupt::last().map(|s| s.as_str().to_string()).unwrap_or_else(|| "a signal".into())
+    }
+}
+
+pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
+    let plan = matrix::plan(args, &matrix::Host::from_process())?;
+    let launcher = launcher(args)?;
+    let dir = create_run_dir(args.out.as_deref())?;
+    std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
+    let _signals = interrupt::install()?;
+
+    let mut run = new_run(&plan, args);
+    write_outputs(&dir, &mut run, &plan)?;
+
+    let bar = progress_bar(args, plan.cells.len());
+    let say = |line: String| {
+        if !bar.is_hidden() {
+            bar.println(line);
+        } else if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    let stop = SignalStop;
+    for cp in &plan.cells {
+        if interrupt::count() > 0 {
+            break;
+        }
+        let name = cell_name(&plan, cp);
+        bar.set_message(name.clone());
+        let cell = cell::run_cell(
+            &plan,
+            cp,
+            &dir.join("cells").join(&name),
+            &launcher,
+            &args.rule_opts,
+            &stop,
+            &mut || bar.tick(),
+        )?;
+        say(format!(
+            "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
+            cp.index,
+            plan.cells.len(),
+            cell.detail,
+            cell.wall_s,
+            cell.warn_lines,
+            cell.verdict.map(|v| v.as_str()).unwrap_or("no verdict")
+        ));
+        run.cells.push(cell);
+        write_outputs(&dir, &mut run, &plan)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    if interrupt::count() > 0 {
+        run.status = RunStatus::Interrupted;
+        run.interrupted_by = Some(launch::Interrupts::name(&stop));
+    } else {
+        run.status = RunStatus::Complete;
+    }
+    write_outputs(&dir, &mut run, &plan)?;
+
+    let out = match args.format {
+        Format::Text => render::text(&run, &dir),
+        Format::Md => std::fs::read_to_string(dir.join(REPORT_FILE))?,
+        Format::Json => std::fs::read_to_string(dir.join(CELLS_FILE))?,
+    };
+    print!("{out}");
+    if let Some(p) = render::partial_note(&run) {
+        eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
+    }
+    let launch_failed = run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
+    Ok(if run.is_partial() || launch_failed { crate::exit::HARNESS } else { crate::exit::OK })
+}
+
+fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
+    let program: OsString = match std::env::var_os(WORKER_CMD_ENV) {
+        Some(p) => {
+            if !Path::new(&p).is_file() {
+                bail!("{WORKER_CMD_ENV}={} is not a file (it names the program started instead of the worker)", p.to_string_lossy());
+            }
+            p
+        }
+        None => std::env::current_exe().context("finding epdoctor's own executable to start the worker")?.into(),
+    };
+    let mut workload_args: Vec<OsString> = Vec::new();
+    for (k, v) in [
+        ("--tokens", args.tokens),
+        ("--hidden", args.hidden),
+        ("--experts", args.experts),
+        ("--topk", args.topk),
+        ("--iters", args.iters),
+    ] {
+        workload_args.push(k.into());
+        workload_args.push(v.to_string().into());
+    }
+    Ok(cell::Launcher { program, workload_args, ranks_flag: args.ranks, shm_dir: leftovers::shm_dir() })
+}
+
+fn progress_bar(args: &ReproArgs, n: usize) -> ProgressBar {
+    if args.quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(n as u64), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} [{pos}/{len}] {elapsed} {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `007-abort-lib2-INFO` (`-r2` for repeats): the axis values that vary, safe as a file name.
+pub fn cell_name(plan: &Plan, cp: &matrix::CellPlan) -> String {
+    let mut parts: Vec<String> = plan
+        .axes
+        .iter()
+        .zip(&cp.values)
+        .filter(|(a, _)| a.values.len() > 1)
+        .map(|(a, &i)| match a.kind {
+            AxisKind::Env => format!("{}={}", a.name, a.label(i)),
+            _ => a.label(i),
+        })
+        .collect();
+    if plan.repeat > 1 {
+        parts.push(format!("r{}", cp.repeat));
+    }
+    let slug: String = parts
+        .join("-")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '=' | '+' | '-' | '_') { c } else { '_' })
+        .take(80)
+        .collect();
+    if slug.is_empty() {
+        format!("{:03}", cp.index)
+    } else {
+        format!("{:03}-{slug}", cp.index)
+    }
+}
+
+/// A new run folder: `--out` (a missing or empty folder) or epdoctor-repro-<date>-<time>. Never
+/// an existing one with something in it.
+fn create_run_dir(out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(d) = out {
+        match std::fs::read_dir(d) {
+            Ok(mut rd) => {
+                if rd.next().is_some() {
+                    bail!("--out {}: the folder exists and is not empty; a run folder is never overwritten", d.display());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            }
+            Err(e) => return Err(e).with_context(|| format!("--out {}", d.display())),
+        }
+        return Ok(std::path::absolute(d)?);
+    }
+    let base = format!("epdoctor-repro-{}", local_time("%Y%m%d-%H%M%S"));
+    for n in 1..1000 {
+        let name = if n == 1 { base.clone() } else { format!("{base}-{n}") };
+        match std::fs::create_dir(&name) {
+            Ok(()) => return Ok(std::path::absolute(&name)?),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating the run folder {name}")),
+        }
+    }
+    bail!("could not find a free name for the run folder ({base}-N); give one with --out")
+}
+
+fn local_time(fmt: &str) -> String {
+    let fmt = std::ffi::CString::new(fmt).unwrap_or_default();
+    let mut buf = [0u8; 64];
+    // SAFETY: localtime_r fills `tm`; strftime writes at most buf.len() bytes.
+    let n = unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), fmt.as_ptr(), &tm)
+    };
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
+    let (workload, command, ranks) = match &plan.workload {
+        Workload::Builtin { ranks } => ("builtin", Vec::new(), Some(*ranks)),
+        Workload::Command(c) => ("command", c.clone(), args.ranks),
+    };
+    Run {
+        schema_version: result::SCHEMA_VERSION,
+        tool_version: crate::VERSION_LINE.to_string(),
+        status: RunStatus::Running,
+        interrupted_by: None,
+        started: local_time("%Y-%m-%d %H:%M:%S"),
+        workload: workload.into(),
+        command,
+        ranks,
+        timeout_s: plan.timeout_s,
+        grace_s: plan.grace_s,
+        repeat: plan.repeat,
+        fixed_env: plan.fixed_env.iter().cloned().collect(),
+        axes: Vec::new(),
+        cells_planned: plan.cells.len(),
+        cells: Vec::new(),
+        effects: Vec::new(),
+        where_fired: Vec::new(),
+    }
+}
+
+/// Axis labels as shown: an NCCL library is named by the version its cells ran, when that is known
+/// and tells it apart from the others.
+fn axes_out(plan: &Plan, run: &Run) -> Vec<AxisOut> {
+    plan.axes
+        .iter()
+        .enumerate()
+        .map(|(a, axis)| {
+            let mut labels: Vec<String> = (0..axis.values.len()).map(|i| axis.label(i)).collect();
+            if axis.kind == AxisKind::NcclLib {
+                let ran: Vec<Option<String>> = (0..axis.values.len())
+                    .map(|i| {
+                        let v: BTreeSet<&String> = run
+                            .cells
+                            .iter()
+                            .filter(|c| c.values[a] == i)
+                            .filter_map(|c| c.nccl_version.as_ref())
+                            .collect();
+                        (v.len() == 1).then(|| v.into_iter().next().unwrap().clone())
+                    })
+                    .collect();
+                let distinct = ran.iter().flatten().collect::<BTreeSet<_>>().len() == ran.iter().flatten().count();
+                for (i, r) in ran.into_iter().enumerate() {
+                    if let (Some(r), true) = (r, distinct) {
+                        labels[i] = if axis.values[i].is_empty() { format!("default ({r})") } else { r };
+                    }
+                }
+            }
+            AxisOut {
+                name: axis.name.clone(),
+                kind: axis.kind.clone(),
+                values: axis
+                    .values
+                    .iter()
+                    .zip(labels)
+                    .map(|(v, label)| AxisValueOut { value: v.clone(), label })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// cells.json and report.md, rewritten after every cell so that a run cut short still has both.
+fn write_outputs(dir: &Path, run: &mut Run, plan: &Plan) -> anyhow::Result<()> {
+    run.axes = axes_out(plan, run);
+    run.effects = compare::effects(&run.axes, &run.cells);
+    run.where_fired = compare::sites(&run.axes, &run.cells);
+    let json = serde_json::to_string_pretty(&*run)? + "\n";
+    write_atomic(&dir.join(CELLS_FILE), &json)?;
+    write_atomic(&dir.join(REPORT_FILE), &redact(&render::markdown(run, dir)))
+}
+
+fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Read a run folder's cells.json (for `epdoctor report --repro DIR`).
+pub fn load_run(dir: &Path) -> anyhow::Result<Run> {
+    let p = dir.join(CELLS_FILE);
+    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not an epdoctor repro result", p.display()))
 }

@@ -1,0 +1,343 @@
+//! One cell from start to verdict: folder, processes, deadline, leftovers, harness.log, markers,
+//! explain.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use regex::Regex;
+
+use super::launch::{self, Interrupts, Limits, Spec};
+use super::leftovers::{self, Leftovers, Membership};
+use super::markers::{self, RankMarkers};
+use super::matrix::{AxisKind, CellPlan, Plan, Workload};
+use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
+use crate::cli::RuleOpts;
+
+/// Names the cell's processes (and their children) in their environment; the value is the cell folder.
+pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
+/// How long exiting processes get before they count as left behind.
+const SETTLE: Duration = Duration::from_millis(500);
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// What starts the built-in worker (the lead's fixed interface) and how big its work is.
+pub struct Launcher {
+    /// epdoctor itself, or the `EPDOCTOR_WORKER_CMD` stand-in.
+    pub program: OsString,
+    /// `--tokens T --hidden H ...`, appended to every rank's arguments.
+    pub workload_args: Vec<OsString>,
+    /// `--ranks` as given, exported to a user command as EPDOCTOR_RANKS.
+    pub ranks_flag: Option<usize>,
+    pub shm_dir: PathBuf,
+}
+
+/// The harness's facts plus everything the engine said about one cell.
+pub fn run_cell(
+    plan: &Plan,
+    cp: &CellPlan,
+    cell_dir: &Path,
+    launcher: &Launcher,
+    rules: &RuleOpts,
+    stop: &dyn Interrupts,
+    tick: &mut dyn FnMut(),
+) -> anyhow::Result<Cell> {
+    std::fs::create_dir(cell_dir).with_context(|| format!("creating {}", cell_dir.display()))?;
+    let specs = specs(plan, cp, cell_dir, launcher)?;
+    let before = leftovers::snapshot(&launcher.shm_dir);
+    let limits = Limits {
+        timeout: Duration::from_secs_f64(plan.timeout_s),
+        grace: Duration::from_secs_f64(plan.grace_s),
+    };
+    let ex = launch::execute(&specs, &limits, stop, tick);
+
+    let membership =
+        Membership { pgids: ex.pgids.clone(), env: (CELL_ENV.into(), cell_dir.to_string_lossy().into_owned()) };
+    let mut procs = leftovers::settle(&membership, SETTLE);
+    // Sockets and shm files are looked at while their holders are still alive.
+    let (shm, sockets) = leftovers::new_since(&before, &launcher.shm_dir);
+    leftovers::kill_all(&membership, &mut procs, KILL_WAIT);
+    let left = Leftovers { processes: procs, shm, sockets };
+
+    let mut all_markers: BTreeMap<String, RankMarkers> = BTreeMap::new();
+    for s in &specs {
+        all_markers.extend(markers::parse_file(&s.log));
+    }
+    let hung = hung_ranks(plan, &ex, &all_markers);
+
+    let mut lines = ex.lines.clone();
+    lines.extend(ex.outcomes.iter().filter_map(launch::exit_line));
+    for h in &hung {
+        if let Some(p) = &h.phase {
+            lines.push(format!("{} rank={} last phase={p}", launch::HARNESS_PREFIX, h.rank));
+        }
+    }
+    lines.extend(left.lines());
+    let mut f = std::fs::File::options()
+        .create_new(true)
+        .write(true)
+        .open(cell_dir.join(HARNESS_FILE))
+        .with_context(|| format!("writing {}", cell_dir.join(HARNESS_FILE).display()))?;
+    for l in &lines {
+        writeln!(f, "{l}")?;
+    }
+    drop(f);
+
+    let logs = log_files(cell_dir);
+    let warn_lines = logs.iter().filter(|p| !p.ends_with(HARNESS_FILE)).map(|p| count_warn_lines(p)).sum();
+    let (analysis, explain_error) = match super::explain_cell(&logs, rules) {
+        Ok(a) => (Some(a), None),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
+
+    let status = if ex.outcomes.iter().any(|o| o.launch_error.is_some()) {
+        CellStatus::LaunchError
+    } else if ex.interrupted_by.is_some() {
+        CellStatus::Interrupted
+    } else if ex.deadline_hit {
+        CellStatus::Hang
+    } else if ex.outcomes.iter().all(|o| o.exit_code == Some(0)) {
+        CellStatus::Ok
+    } else {
+        CellStatus::Failed
+    };
+    let any_hung_in_teardown = hung.iter().any(|h| h.phase.as_deref() == Some("teardown-start"));
+    let teardown_s = if any_hung_in_teardown {
+        None
+    } else {
+        all_markers.values().filter_map(RankMarkers::teardown_s).reduce(f64::max)
+    };
+    let key = |k: &str| all_markers.values().find_map(|m| m.keys.get(k).cloned());
+    let nccl_version = key("nccl_version").or_else(|| analysis.as_ref().and_then(|a| a.nccl_version.clone()));
+    let detail = detail(status, &ex, &hung, plan.timeout_s);
+
+    Ok(Cell {
+        index: cp.index,
+        id: cell_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        repeat: cp.repeat,
+        values: cp.values.clone(),
+        env: plan.cell_env(cp),
+        status,
+        detail,
+        wall_s: ex.wall_s,
+        teardown_s,
+        hung,
+        processes: specs
+            .iter()
+            .zip(ex.outcomes)
+            .map(|(s, o)| Process {
+                outcome: o,
+                log: s.log.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            })
+            .collect(),
+        markers: all_markers.clone(),
+        nccl_version,
+        transport: key("transport"),
+        warn_lines,
+        verdict: analysis.as_ref().map(|a| a.verdict),
+        rules: analysis
+            .as_ref()
+            .map(|a| {
+                a.findings
+                    .iter()
+                    .map(|f| RuleHit { id: f.rule.clone(), count: f.count, benign: f.benign, severity: f.severity })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        primary: analysis.as_ref().and_then(|a| a.primary.as_ref()).map(|p| Primary {
+            rule: p.rule.clone(),
+            title: p.title.clone(),
+            evidence: p.evidence.first().map(|e| e.text.clone()),
+            source: p.evidence.first().map(|e| {
+                Path::new(&e.source).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            }),
+        }),
+        explain_error,
+        leftovers: left,
+    })
+}
+
+fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::Result<Vec<Spec>> {
+    let mut env = plan.cell_env(cp);
+    env.insert(CELL_ENV.into(), Some(cell_dir.to_string_lossy().into_owned()));
+    let lib = plan.value_of(cp, AxisKind::NcclLib).filter(|v| !v.is_empty());
+    let debug_file = |name: &str| Some(cell_dir.join(name).to_string_lossy().into_owned());
+    match &plan.workload {
+        Workload::Builtin { ranks } => {
+            let rdv = cell_dir.join("rendezvous");
+            std::fs::create_dir(&rdv).with_context(|| format!("creating {}", rdv.display()))?;
+            let teardown = plan.value_of(cp, AxisKind::Teardown).unwrap_or("clean");
+            Ok((0..*ranks)
+                .map(|r| {
+                    let mut args: Vec<OsString> = vec!["worker".into()];
+                    let mut push = |k: &str, v: OsString| {
+                        args.push(k.into());
+                        args.push(v);
+                    };
+                    push("--rank", r.to_string().into());
+                    push("--world", ranks.to_string().into());
+                    push("--rendezvous", rdv.clone().into());
+                    push("--teardown", teardown.into());
+                    if let Some(lib) = lib {
+                        push("--nccl-lib", lib.into());
+                    }
+                    args.extend(l.workload_args.iter().cloned());
+                    let mut env = env.clone();
+                    if plan.set_debug_file {
+                        env.insert("NCCL_DEBUG_FILE".into(), debug_file(&format!("rank{r}.nccl.%p.log")));
+                    }
+                    Spec {
+                        label: r.to_string(),
+                        program: l.program.clone(),
+                        args,
+                        env,
+                        log: cell_dir.join(format!("rank{r}.log")),
+                    }
+                })
+                .collect())
+        }
+        Workload::Command(cmd) => {
+            if plan.set_debug_file {
+                env.insert("NCCL_DEBUG_FILE".into(), debug_file("nccl.%p.log"));
+            }
+            if let Some(n) = l.ranks_flag {
+                env.insert("EPDOCTOR_RANKS".into(), Some(n.to_string()));
+            }
+            if let Some(lib) = lib {
+                // A command loads NCCL itself; preloading the library makes it the one that runs.
+                let pre = match std::env::var("LD_PRELOAD") {
+                    Ok(old) if !old.is_empty() => format!("{lib}:{old}"),
+                    _ => lib.to_string(),
+                };
+                env.insert("LD_PRELOAD".into(), Some(pre));
+                env.insert("EPDOCTOR_NCCL_LIB".into(), Some(lib.to_string()));
+            }
+            Ok(vec![Spec {
+                label: "cmd".into(),
+                program: cmd[0].clone().into(),
+                args: cmd[1..].iter().map(OsString::from).collect(),
+                env,
+                log: cell_dir.join("cmd.log"),
+            }])
+        }
+    }
+}
+
+/// Ranks stopped at the deadline, with the phase each was in. For a command, the ranks inside it
+/// are known only from markers it printed.
+fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMarkers>) -> Vec<Hung> {
+    if !ex.deadline_hit {
+        return Vec::new();
+    }
+    let hung = |rank: &str| {
+        let phase = m.get(rank).and_then(RankMarkers::last_phase);
+        let for_s = phase.and_then(|p| Some(ex.stop_unix? - m[rank].phases[p]));
+        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s }
+    };
+    match plan.workload {
+        Workload::Builtin { .. } => ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect(),
+        Workload::Command(_) => {
+            let inside: Vec<Hung> =
+                m.iter().filter(|(_, v)| v.last_phase() != Some("teardown-end")).map(|(r, _)| hung(r)).collect();
+            if inside.is_empty() {
+                vec![Hung { rank: "cmd".into(), phase: None, for_s: None }]
+            } else {
+                inside
+            }
+        }
+    }
+}
+
+fn phase_words(p: &str) -> &str {
+    match p {
+        "teardown-start" => "teardown",
+        "teardown-end" => "exit, after teardown",
+        other => other,
+    }
+}
+
+fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f64) -> String {
+    match status {
+        CellStatus::Ok => "ok".into(),
+        CellStatus::Hang => {
+            let who: Vec<String> = hung
+                .iter()
+                .map(|h| {
+                    let r = if h.rank == "cmd" { "the command".to_string() } else { format!("rank {}", h.rank) };
+                    match (&h.phase, h.for_s) {
+                        (Some(p), Some(s)) => format!("{r} in {} for {s:.1} s", phase_words(p)),
+                        (Some(p), None) => format!("{r} in {}", phase_words(p)),
+                        _ => r,
+                    }
+                })
+                .collect();
+            format!("hang: {}; stopped at the {timeout} s deadline", who.join(", "))
+        }
+        CellStatus::Interrupted => format!("interrupted by {}", ex.interrupted_by.as_deref().unwrap_or("a signal")),
+        CellStatus::LaunchError => {
+            ex.outcomes.iter().find_map(|o| o.launch_error.clone()).unwrap_or_else(|| "launch error".into())
+        }
+        CellStatus::Failed => ex
+            .outcomes
+            .iter()
+            .filter(|o| o.exit_code != Some(0))
+            .map(|o| {
+                let who = if o.label == "cmd" { "command".to_string() } else { format!("rank {}", o.label) };
+                match (o.exit_code, &o.signal_name) {
+                    (Some(c), _) => format!("{who} exit {c}"),
+                    (None, Some(s)) => format!("{who} {s}"),
+                    _ => format!("{who} ?"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// Every regular file of the cell folder (logs and harness.log), sorted.
+pub fn log_files(cell_dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(cell_dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+static WARN_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    // NCCL's WARN level and PyTorch's c10 warning prefix ([rank0]:[W1129 ... or [W ...).
+    Regex::new(r"NCCL WARN |^(?:\[rank\d+\]:)?\[W(?:\d{3,4} | )").unwrap()
+});
+
+/// The number users count when they say "a wall of warnings".
+pub fn count_warn_lines(path: &Path) -> u64 {
+    let Ok(f) = std::fs::File::open(path) else { return 0 };
+    std::io::BufReader::new(f)
+        .split(b'\n')
+        .map_while(Result::ok)
+        .filter(|l| WARN_LINE.is_match(&String::from_utf8_lossy(l)))
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warn_lines_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.log");
+        std::fs::write(
+            &p,
+            "vm:468:478 [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed\n\
+             vm:468:478 [0] NCCL INFO misc/socket.cc:47 -> 3\n\
+             [rank0]:[W1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] Warning: WARNING: destroy_process_group()\n\
+             [W ProcessGroupNCCL.cpp:1128] old style\n\
+             [epdoctor] rank=0 phase=init t=1\n",
+        )
+        .unwrap();
+        assert_eq!(count_warn_lines(&p), 3);
+    }
+}

@@ -1,0 +1,326 @@
+//! What a cell left behind: its processes still alive (and whether they hold a GPU), NCCL
+//! shared-memory files created during the cell, and NCCL's abstract UDS sockets.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use procfs::process::{FDTarget, Process};
+use procfs::FromBufRead;
+use serde::{Deserialize, Serialize};
+
+use super::launch::{signal_group, HARNESS_PREFIX};
+
+/// NCCL's shm files are `/dev/shm/nccl-XXXXXX`; its UDS sockets are abstract `@/tmp/nccl-socket-*`.
+pub const SHM_PREFIX: &str = "nccl-";
+pub const SOCKET_PREFIX: &str = "@/tmp/nccl-socket-";
+
+/// How a process is recognised as the cell's: its process group, or this variable in its environment
+/// (set on every process the cell starts, inherited by their children, even after setsid).
+#[derive(Debug, Clone)]
+pub struct Membership {
+    pub pgids: Vec<i32>,
+    pub env: (String, String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeftoverProcess {
+    pub pid: i32,
+    pub pgid: i32,
+    pub cmd: String,
+    /// GPU device nodes it had open (/dev/nvidiaN): it still held a CUDA context and its memory.
+    pub gpu: Vec<String>,
+    /// Still there after SIGKILL.
+    pub survived_kill: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Leftovers {
+    pub processes: Vec<LeftoverProcess>,
+    pub shm: Vec<String>,
+    pub sockets: Vec<String>,
+}
+
+impl Leftovers {
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty() && self.shm.is_empty() && self.sockets.is_empty()
+    }
+
+    /// `1 proc (GPU), 2 shm, 1 sock` or `-`.
+    pub fn short(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.processes.is_empty() {
+            let gpu = if self.processes.iter().any(|p| !p.gpu.is_empty()) { " (GPU)" } else { "" };
+            parts.push(format!("{} proc{gpu}", self.processes.len()));
+        }
+        if !self.shm.is_empty() {
+            parts.push(format!("{} shm", self.shm.len()));
+        }
+        if !self.sockets.is_empty() {
+            parts.push(format!("{} sock", self.sockets.len()));
+        }
+        if parts.is_empty() {
+            "-".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// The harness.log facts.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.processes {
+            out.push(format!("{HARNESS_PREFIX} leftover process pid={} cmd={}", p.pid, p.cmd));
+            for g in &p.gpu {
+                out.push(format!("{HARNESS_PREFIX} leftover gpu pid={} device={g}", p.pid));
+            }
+            if p.survived_kill {
+                out.push(format!("{HARNESS_PREFIX} leftover process pid={} survived SIGKILL", p.pid));
+            }
+        }
+        for f in &self.shm {
+            out.push(format!("{HARNESS_PREFIX} leftover /dev/shm/{f}"));
+        }
+        for s in &self.sockets {
+            out.push(format!("{HARNESS_PREFIX} leftover socket {s}"));
+        }
+        out
+    }
+}
+
+/// Where NCCL's shm files are looked for: /dev/shm, or `EPDOCTOR_SHM_DIR` (a test hook, so tests
+/// do not share /dev/shm with each other or with real jobs).
+pub fn shm_dir() -> PathBuf {
+    std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| "/dev/shm".into())
+}
+
+/// NCCL files and sockets present before the cell, so only new ones count.
+#[derive(Debug, Default)]
+pub struct Before {
+    shm: HashMap<String, u64>,
+    sockets: HashSet<u64>,
+}
+
+pub fn snapshot(dir: &Path) -> Before {
+    Before { shm: shm_files(dir), sockets: nccl_sockets().into_iter().map(|(ino, _)| ino).collect() }
+}
+
+/// name -> inode of our NCCL shm files.
+fn shm_files(dir: &Path) -> HashMap<String, u64> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let Ok(rd) = std::fs::read_dir(dir) else { return HashMap::new() };
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let md = e.metadata().ok()?;
+            (name.starts_with(SHM_PREFIX) && md.is_file() && md.uid() == uid).then(|| (name, md.ino()))
+        })
+        .collect()
+}
+
+/// (inode, name) of every abstract NCCL socket in this network namespace.
+fn nccl_sockets() -> Vec<(u64, String)> {
+    let Ok(f) = std::fs::File::open("/proc/net/unix") else { return Vec::new() };
+    parse_sockets(std::io::BufReader::new(f))
+}
+
+fn parse_sockets<R: std::io::BufRead>(r: R) -> Vec<(u64, String)> {
+    let Ok(entries) = procfs::net::UnixNetEntries::from_buf_read(r) else { return Vec::new() };
+    entries
+        .0
+        .into_iter()
+        .filter_map(|e| {
+            let p = e.path?.to_string_lossy().into_owned();
+            p.starts_with(SOCKET_PREFIX).then_some((e.inode, p))
+        })
+        .collect()
+}
+
+/// NCCL shm files and sockets that appeared since `before`.
+pub fn new_since(before: &Before, dir: &Path) -> (Vec<String>, Vec<String>) {
+    let mut shm: Vec<String> = shm_files(dir)
+        .into_iter()
+        .filter(|(n, ino)| before.shm.get(n) != Some(ino))
+        .map(|(n, _)| n)
+        .collect();
+    shm.sort();
+    let mut sockets: Vec<String> = nccl_sockets()
+        .into_iter()
+        .filter(|(ino, _)| !before.sockets.contains(ino))
+        .map(|(_, p)| p)
+        .collect();
+    sockets.sort();
+    sockets.dedup();
+    (shm, sockets)
+}
+
+/// Live (not zombie) processes that belong to the cell, except epdoctor itself.
+pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
+    let me = std::process::id() as i32;
+    let Ok(all) = procfs::process::all_processes() else { return Vec::new() };
+    let mut out = Vec::new();
+    for p in all.flatten() {
+        if p.pid == me {
+            continue;
+        }
+        let Ok(stat) = p.stat() else { continue };
+        if matches!(stat.state, 'Z' | 'X' | 'x') {
+            continue;
+        }
+        let member = m.pgids.contains(&stat.pgrp)
+            || p.environ().is_ok_and(|env| {
+                env.get(std::ffi::OsStr::new(&m.env.0)).is_some_and(|v| v.to_string_lossy() == m.env.1)
+            });
+        if !member {
+            continue;
+        }
+        let cmd = p
+            .cmdline()
+            .ok()
+            .filter(|c| !c.is_empty())
+            .map(|c| c.join(" "))
+            .unwrap_or_else(|| format!("[{}]", stat.comm));
+        out.push(LeftoverProcess { pid: p.pid, pgid: stat.pgrp, cmd, gpu: gpu_devices(&p), survived_kill: false });
+    }
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
+fn gpu_devices(p: &Process) -> Vec<String> {
+    let Ok(fds) = p.fd() else { return Vec::new() };
+    let mut devs: Vec<String> = fds
+        .flatten()
+        .filter_map(|fd| match fd.target {
+            FDTarget::Path(path) => Some(path.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .filter(|t| is_gpu_node(t))
+        .collect();
+    devs.sort();
+    devs.dedup();
+    devs
+}
+
+/// `/dev/nvidia0`..: one GPU. `/dev/nvidiactl` and `/dev/nvidia-uvm` are opened by any CUDA
+/// process and do not name a GPU.
+pub fn is_gpu_node(path: &str) -> bool {
+    path.strip_prefix("/dev/nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Wait up to `settle` for the cell's processes to finish exiting, then return those still alive.
+pub fn settle(m: &Membership, settle: Duration) -> Vec<LeftoverProcess> {
+    let until = Instant::now() + settle;
+    loop {
+        let left = cell_processes(m);
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// SIGKILL every leftover (and the cell's groups), wait for them to go, mark the ones that stay.
+pub fn kill_all(m: &Membership, procs: &mut [LeftoverProcess], wait: Duration) {
+    if procs.is_empty() {
+        return;
+    }
+    for &g in &m.pgids {
+        signal_group(g, Signal::SIGKILL);
+    }
+    for p in procs.iter() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid), Signal::SIGKILL);
+    }
+    let until = Instant::now() + wait;
+    loop {
+        // A leftover that became our child (subreaper) would stay a zombie; reap it if so.
+        for p in procs.iter() {
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(p.pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        }
+        let alive: HashSet<i32> = cell_processes(m).into_iter().map(|p| p.pid).collect();
+        let any = procs.iter().any(|p| alive.contains(&p.pid));
+        if !any || Instant::now() >= until {
+            for p in procs.iter_mut() {
+                p.survived_kill = alive.contains(&p.pid);
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_nodes() {
+        assert!(is_gpu_node("/dev/nvidia0"));
+        assert!(is_gpu_node("/dev/nvidia13"));
+        assert!(!is_gpu_node("/dev/nvidiactl"));
+        assert!(!is_gpu_node("/dev/nvidia-uvm"));
+        assert!(!is_gpu_node("/dev/nvidia"));
+        assert!(!is_gpu_node("/dev/null"));
+    }
+
+    #[test]
+    fn socket_table() {
+        let text = "\
+Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 31337 @/tmp/nccl-socket-0-deadbeef
+0000000000000000: 00000002 00000000 00010000 0001 01 31338 /run/systemd/notify
+0000000000000000: 00000003 00000000 00000000 0001 03 31339
+";
+        assert_eq!(parse_sockets(text.as_bytes()), vec![(31337, "@/tmp/nccl-socket-0-deadbeef".to_string())]);
+    }
+
+    #[test]
+    fn new_abstract_socket_and_shm_file_are_seen() {
+        use std::os::linux::net::SocketAddrExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("nccl-old"), b"").unwrap();
+        let before = snapshot(dir.path());
+        let name = format!("/tmp/nccl-socket-epdoctor-test-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        std::fs::write(dir.path().join("nccl-new"), b"").unwrap();
+        std::fs::write(dir.path().join("torch_123"), b"").unwrap();
+        let (shm, sockets) = new_since(&before, dir.path());
+        assert_eq!(shm, vec!["nccl-new".to_string()]);
+        assert!(sockets.contains(&format!("@{name}")), "{sockets:?}");
+    }
+
+    #[test]
+    fn finds_group_members_and_escapees_and_kills_them() {
+        use std::os::unix::process::CommandExt;
+        let marker = format!("epdoctor-test-{}", std::process::id());
+        // A group leader that stays, and a process in a group of its own found by its env.
+        let mut a = std::process::Command::new("sleep").arg("300").process_group(0).spawn().unwrap();
+        let mut b = std::process::Command::new("sleep")
+            .arg("301")
+            .process_group(0)
+            .env("EPDOCTOR_TEST_CELL", &marker)
+            .spawn()
+            .unwrap();
+        let m = Membership { pgids: vec![a.id() as i32], env: ("EPDOCTOR_TEST_CELL".into(), marker) };
+        let mut left = settle(&m, Duration::from_millis(50));
+        let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
+        assert!(pids.contains(&(a.id() as i32)) && pids.contains(&(b.id() as i32)), "{left:?}");
+        assert!(left.iter().any(|p| p.cmd == "sleep 301"));
+        // Reap them here too: they are this test's children.
+        let reaper = std::thread::spawn(move || {
+            let _ = a.wait();
+            let _ = b.wait();
+        });
+        kill_all(&m, &mut left, Duration::from_secs(10));
+        reaper.join().unwrap();
+        assert!(left.iter().all(|p| !p.survived_kill));
+        assert!(cell_processes(&m).is_empty());
+        let lines = Leftovers { processes: left, ..Default::default() }.lines();
+        assert!(lines.iter().any(|l| l.ends_with("cmd=sleep 301")), "{lines:?}");
+    }
+}

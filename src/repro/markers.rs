@@ -1,0 +1,124 @@
+//! The worker's marker lines: `[epdoctor] rank=R phase=P t=SECS` and `[epdoctor] rank=R key=value ...`.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub const PREFIX: &str = "[epdoctor] ";
+pub const PHASES: &[&str] = &["init", "work", "teardown-start", "teardown-end"];
+
+/// What one rank said about itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankMarkers {
+    /// Phase name -> unix time (seconds) at which the rank entered it.
+    pub phases: BTreeMap<String, f64>,
+    /// Every other key=value (the last value wins).
+    pub keys: BTreeMap<String, String>,
+}
+
+impl RankMarkers {
+    /// The last phase the rank reached, in the worker's order.
+    pub fn last_phase(&self) -> Option<&'static str> {
+        PHASES.iter().rev().find(|p| self.phases.contains_key(**p)).copied()
+    }
+
+    /// Teardown seconds: from the phase markers, else the worker's own `teardown_s`.
+    pub fn teardown_s(&self) -> Option<f64> {
+        match (self.phases.get("teardown-start"), self.phases.get("teardown-end")) {
+            (Some(a), Some(b)) if b >= a => Some(b - a),
+            _ => self.keys.get("teardown_s").and_then(|v| v.parse().ok()),
+        }
+    }
+}
+
+/// Markers of every rank found in `text`, keyed by the `rank=` field (lines without one are skipped).
+pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
+    let mut out: BTreeMap<String, RankMarkers> = BTreeMap::new();
+    for line in input.split(b'\n') {
+        let Ok(line) = line else { break };
+        let line = String::from_utf8_lossy(&line);
+        let Some(rest) = line.trim_end_matches('\r').strip_prefix(PREFIX) else { continue };
+        let mut rank = None;
+        let mut phase = None;
+        let mut t = None;
+        let mut keys = Vec::new();
+        for tok in rest.split_whitespace() {
+            let Some((k, v)) = tok.split_once('=') else { continue };
+            match k {
+                "rank" => rank = Some(v.to_string()),
+                "phase" => phase = Some(v.to_string()),
+                "t" => t = v.parse::<f64>().ok(),
+                _ => keys.push((k.to_string(), v.to_string())),
+            }
+        }
+        let Some(rank) = rank else { continue };
+        let m = out.entry(rank).or_default();
+        match (phase, t) {
+            (Some(p), Some(t)) => {
+                m.phases.insert(p, t);
+            }
+            (Some(p), None) => {
+                m.keys.insert("phase".into(), p);
+            }
+            (None, Some(t)) => {
+                m.keys.insert("t".into(), t.to_string());
+            }
+            (None, None) => {}
+        }
+        for (k, v) in keys {
+            m.keys.insert(k, v);
+        }
+    }
+    out
+}
+
+pub fn parse_file(path: &Path) -> BTreeMap<String, RankMarkers> {
+    match std::fs::File::open(path) {
+        Ok(f) => parse(std::io::BufReader::new(f)),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_and_keys() {
+        let text = "\
+noise
+[epdoctor] rank=0 phase=init t=100.0
+[epdoctor] rank=0 nccl_version=2.22.3 transport=P2P/IPC
+[epdoctor] rank=0 phase=work t=101.5
+[epdoctor] rank=1 phase=teardown-start t=102
+[epdoctor] rank=0 phase=teardown-start t=102.0
+[epdoctor] rank=0 phase=teardown-end t=102.25
+[epdoctor] rank=0 teardown_s=9 check=ok
+ [epdoctor] rank=0 phase=ignored t=1
+[epdoctor] phase=no-rank t=1
+";
+        let m = parse(text.as_bytes());
+        assert_eq!(m.len(), 2);
+        let r0 = &m["0"];
+        assert_eq!(r0.keys["nccl_version"], "2.22.3");
+        assert_eq!(r0.keys["check"], "ok");
+        assert_eq!(r0.teardown_s(), Some(0.25));
+        assert_eq!(r0.last_phase(), Some("teardown-end"));
+        let r1 = &m["1"];
+        assert_eq!(r1.last_phase(), Some("teardown-start"));
+        assert_eq!(r1.teardown_s(), None);
+        assert!(!r0.phases.contains_key("ignored"));
+    }
+
+    #[test]
+    fn teardown_falls_back_to_worker_value_and_survives_binary() {
+        let mut bytes = b"[epdoctor] rank=3 teardown_s=0.5\n".to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe, b'\n']);
+        bytes.extend_from_slice(b"[epdoctor] rank=3 phase=init t=5\r\n");
+        let m = parse(&bytes[..]);
+        assert_eq!(m["3"].teardown_s(), Some(0.5));
+        assert_eq!(m["3"].phases["init"], 5.0);
+    }
+}

@@ -1,0 +1,401 @@
+//! The matrix: axes from the flags, validated once, and the cells (their cartesian product).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::ReproArgs;
+
+/// Teardown modes of the built-in worker, in the order the default matrix runs them.
+/// This is the one list; `--teardown` is checked against it.
+pub const TEARDOWN_MODES: &[(&str, &str)] = &[
+    ("clean", "finalize + destroy the communicator on every rank"),
+    ("abort", "ncclCommAbort on every rank"),
+    ("leak", "exit without destroying the communicator"),
+    ("early-exit", "the last rank exits before the others destroy"),
+    ("kill-peer", "the last rank is SIGKILLed after the work; the others finalize + destroy"),
+    ("kill-inflight", "the last rank is SIGKILLed while the others start a collective"),
+    ("free-before-close", "IPC buffers freed before the peers closed their handles"),
+    ("no-barrier", "teardown without the final barrier between ranks"),
+];
+
+pub fn teardown_mode_names() -> impl Iterator<Item = &'static str> {
+    TEARDOWN_MODES.iter().map(|(n, _)| *n)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AxisKind {
+    NcclLib,
+    Teardown,
+    Env,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Axis {
+    pub kind: AxisKind,
+    /// `nccl-lib`, `teardown`, or the variable's name.
+    pub name: String,
+    /// Raw values: a library path ("" = the loader's choice), a mode, or an env value ("" = unset).
+    pub values: Vec<String>,
+}
+
+impl Axis {
+    /// How a value is shown in tables.
+    pub fn label(&self, i: usize) -> String {
+        let v = &self.values[i];
+        match self.kind {
+            AxisKind::NcclLib if v.is_empty() => "default".into(),
+            AxisKind::NcclLib => format!("lib{}", i + 1),
+            AxisKind::Env if v.is_empty() => "(unset)".into(),
+            _ => v.clone(),
+        }
+    }
+}
+
+/// What each cell runs.
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// The built-in worker, `--ranks` processes.
+    Builtin { ranks: usize },
+    /// The user's command, once per cell.
+    Command(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workload: Workload,
+    pub axes: Vec<Axis>,
+    /// Variables set in every cell (e.g. the NCCL_DEBUG=WARN default).
+    pub fixed_env: Vec<(String, String)>,
+    /// Point NCCL_DEBUG_FILE into the cell folder (the user did not set it).
+    pub set_debug_file: bool,
+    pub repeat: usize,
+    pub timeout_s: f64,
+    pub grace_s: f64,
+    pub cells: Vec<CellPlan>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CellPlan {
+    /// 1-based position in the run.
+    pub index: usize,
+    /// Index into each axis' values, in axis order.
+    pub values: Vec<usize>,
+    /// 1-based repeat number.
+    pub repeat: usize,
+}
+
+impl Plan {
+    /// The axis assignment of a cell as (axis name, label), in axis order.
+    pub fn assignment(&self, cell: &CellPlan) -> Vec<(String, String)> {
+        self.axes
+            .iter()
+            .zip(&cell.values)
+            .map(|(a, &i)| (a.name.clone(), a.label(i)))
+            .collect()
+    }
+
+    /// Variables to set (value Some) or remove (None) for a cell, fixed ones first.
+    pub fn cell_env(&self, cell: &CellPlan) -> BTreeMap<String, Option<String>> {
+        let mut env: BTreeMap<String, Option<String>> =
+            self.fixed_env.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        for (axis, &i) in self.axes.iter().zip(&cell.values) {
+            if axis.kind == AxisKind::Env {
+                let v = &axis.values[i];
+                env.insert(axis.name.clone(), (!v.is_empty()).then(|| v.clone()));
+            }
+        }
+        env
+    }
+
+    pub fn value_of(&self, cell: &CellPlan, kind: AxisKind) -> Option<&str> {
+        self.axes
+            .iter()
+            .zip(&cell.values)
+            .find(|(a, _)| a.kind == kind)
+            .map(|(a, &i)| a.values[i].as_str())
+    }
+
+    pub fn is_command(&self) -> bool {
+        matches!(self.workload, Workload::Command(_))
+    }
+}
+
+/// Everything about the process environment that planning reads, so tests can pass their own.
+pub struct Host {
+    /// Is a variable set in epdoctor's own environment?
+    pub env_is_set: Box<dyn Fn(&str) -> bool>,
+    /// GPUs visible to the ranks.
+    pub gpus: usize,
+}
+
+impl Host {
+    pub fn from_process() -> Self {
+        Host { env_is_set: Box::new(|k| std::env::var_os(k).is_some()), gpus: count_gpus() }
+    }
+}
+
+/// Validate the flags and build the plan; every usage error is reported here, before any work.
+pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        bail!("--timeout must be a positive number of seconds, got {}", args.timeout);
+    }
+    if !(args.grace.is_finite() && args.grace >= 0.0) {
+        bail!("--grace must be zero or a positive number of seconds, got {}", args.grace);
+    }
+    let workload = if args.command.is_empty() {
+        let ranks = match args.ranks {
+            Some(0) => bail!("--ranks must be at least 1"),
+            Some(n) if n > 64 => bail!("--ranks {n} is more than this harness runs on one host (64)"),
+            Some(n) => n,
+            None if ctx.gpus >= 2 => ctx.gpus.min(8),
+            None => 2,
+        };
+        Workload::Builtin { ranks }
+    } else {
+        if !args.teardown.is_empty() {
+            bail!("--teardown applies to the built-in workload only; with `-- CMD` your command decides how it ends");
+        }
+        if args.command[0].is_empty() {
+            bail!("the command after `--` is empty");
+        }
+        Workload::Command(args.command.clone())
+    };
+
+    let mut axes = Vec::new();
+    let mut libs = Vec::new();
+    for p in &args.nccl_lib {
+        let meta = std::fs::metadata(p).with_context(|| format!("--nccl-lib {}", p.display()))?;
+        if !meta.is_file() {
+            bail!("--nccl-lib {} is not a file (give the path of a libnccl.so)", p.display());
+        }
+        let abs = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
+        let s = abs.to_string_lossy().into_owned();
+        if libs.contains(&s) {
+            bail!("--nccl-lib {} given twice", p.display());
+        }
+        libs.push(s);
+    }
+    if libs.is_empty() {
+        libs.push(String::new());
+    }
+    axes.push(Axis { kind: AxisKind::NcclLib, name: "nccl-lib".into(), values: libs });
+
+    if matches!(workload, Workload::Builtin { .. }) {
+        let mut modes: Vec<String> = Vec::new();
+        for m in &args.teardown {
+            let m = m.trim();
+            if !teardown_mode_names().any(|k| k == m) {
+                bail!(
+                    "unknown teardown mode {m:?}; the modes are: {}",
+                    teardown_mode_names().collect::<Vec<_>>().join(", ")
+                );
+            }
+            if modes.iter().any(|x| x == m) {
+                bail!("teardown mode {m:?} given twice");
+            }
+            modes.push(m.to_string());
+        }
+        if modes.is_empty() {
+            modes = teardown_mode_names().map(String::from).collect();
+        }
+        axes.push(Axis { kind: AxisKind::Teardown, name: "teardown".into(), values: modes });
+    }
+
+    for spec in &args.env {
+        let axis = parse_env_axis(spec)?;
+        if axes.iter().any(|a| a.kind == AxisKind::Env && a.name == axis.name) {
+            bail!("--env {} given twice; put every value in one --env {}=v1,v2", axis.name, axis.name);
+        }
+        axes.push(axis);
+    }
+
+    let user_sets = |name: &str| {
+        (ctx.env_is_set)(name) || axes.iter().any(|a| a.kind == AxisKind::Env && a.name == name)
+    };
+    let mut fixed_env = Vec::new();
+    if !user_sets("NCCL_DEBUG") {
+        fixed_env.push(("NCCL_DEBUG".to_string(), "WARN".to_string()));
+    }
+    let set_debug_file = !user_sets("NCCL_DEBUG_FILE");
+
+    let mut cells = Vec::new();
+    let mut idx = vec![0usize; axes.len()];
+    'outer: loop {
+        for r in 1..=args.repeat {
+            cells.push(CellPlan { index: cells.len() + 1, values: idx.clone(), repeat: r });
+        }
+        // Odometer over the axes, last axis fastest.
+        for k in (0..axes.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < axes[k].values.len() {
+                continue 'outer;
+            }
+            idx[k] = 0;
+        }
+        break;
+    }
+
+    Ok(Plan {
+        workload,
+        axes,
+        fixed_env,
+        set_debug_file,
+        repeat: args.repeat,
+        timeout_s: args.timeout,
+        grace_s: args.grace,
+        cells,
+    })
+}
+
+/// `NAME=v1,v2,...`; an empty value means "unset".
+pub fn parse_env_axis(spec: &str) -> anyhow::Result<Axis> {
+    let Some((name, values)) = spec.split_once('=') else {
+        bail!("--env {spec:?}: expected NAME=V1,V2,... (e.g. NCCL_DEBUG=WARN,INFO)");
+    };
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        bail!("--env {spec:?}: {name:?} is not a variable name (letters, digits, _; not starting with a digit)");
+    }
+    if name.starts_with("EPDOCTOR_") {
+        bail!("--env {spec:?}: EPDOCTOR_* variables belong to the harness and cannot be an axis");
+    }
+    let mut vals: Vec<String> = Vec::new();
+    for v in values.split(',') {
+        if v.contains('\0') {
+            bail!("--env {spec:?}: a value contains a NUL byte");
+        }
+        if vals.iter().any(|x| x == v) {
+            bail!("--env {spec:?}: value {v:?} given twice");
+        }
+        vals.push(v.to_string());
+    }
+    Ok(Axis { kind: AxisKind::Env, name: name.to_string(), values: vals })
+}
+
+/// GPUs the ranks would see: CUDA_VISIBLE_DEVICES when set, else the driver's /proc entries.
+pub fn count_gpus() -> usize {
+    if let Some(v) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
+        let v = v.to_string_lossy();
+        // CUDA stops at the first invalid entry; "-1" or "" hides every GPU.
+        return v
+            .split(',')
+            .map(str::trim)
+            .take_while(|s| !s.is_empty() && !s.starts_with('-'))
+            .count();
+    }
+    std::fs::read_dir("/proc/driver/nvidia/gpus").map(|rd| rd.flatten().count()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> ReproArgs {
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            a: ReproArgs,
+        }
+        let mut v = vec!["x"];
+        v.extend_from_slice(extra);
+        W::try_parse_from(v).unwrap().a
+    }
+
+    fn ctx(gpus: usize, set: &'static [&'static str]) -> Host {
+        Host { env_is_set: Box::new(move |k| set.contains(&k)), gpus }
+    }
+
+    #[test]
+    fn product_of_axes_last_fastest() {
+        let p = plan(&args(&["--teardown", "clean,abort", "--env", "A=1,2,3"]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.cells.len(), 6);
+        let v: Vec<_> = p.cells.iter().map(|c| c.values.clone()).collect();
+        assert_eq!(v[0], vec![0, 0, 0]);
+        assert_eq!(v[1], vec![0, 0, 1]);
+        assert_eq!(v[3], vec![0, 1, 0]);
+        assert_eq!(p.assignment(&p.cells[5]), vec![
+            ("nccl-lib".into(), "default".into()),
+            ("teardown".into(), "abort".into()),
+            ("A".into(), "3".into())
+        ]);
+    }
+
+    #[test]
+    fn defaults_every_mode_warn_and_ranks() {
+        let p = plan(&args(&[]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.cells.len(), TEARDOWN_MODES.len());
+        assert_eq!(p.fixed_env, vec![("NCCL_DEBUG".into(), "WARN".into())]);
+        assert!(p.set_debug_file);
+        assert!(matches!(p.workload, Workload::Builtin { ranks: 2 }));
+        let p = plan(&args(&[]), &ctx(16, &[])).unwrap();
+        assert!(matches!(p.workload, Workload::Builtin { ranks: 8 }));
+        let p = plan(&args(&[]), &ctx(4, &[])).unwrap();
+        assert!(matches!(p.workload, Workload::Builtin { ranks: 4 }));
+    }
+
+    #[test]
+    fn user_debug_settings_are_kept() {
+        let p = plan(&args(&["--env", "NCCL_DEBUG=INFO,WARN"]), &ctx(1, &[])).unwrap();
+        assert!(p.fixed_env.is_empty());
+        let p = plan(&args(&[]), &ctx(1, &["NCCL_DEBUG", "NCCL_DEBUG_FILE"])).unwrap();
+        assert!(p.fixed_env.is_empty());
+        assert!(!p.set_debug_file);
+    }
+
+    #[test]
+    fn repeat_multiplies_cells() {
+        let p = plan(&args(&["--teardown", "clean", "--repeat", "3"]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.cells.iter().map(|c| c.repeat).collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn empty_env_value_means_unset() {
+        let p = plan(&args(&["--teardown", "clean", "--env", "X=,1"]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.cell_env(&p.cells[0]).get("X"), Some(&None));
+        assert_eq!(p.cell_env(&p.cells[1]).get("X"), Some(&Some("1".into())));
+        assert_eq!(p.axes[2].label(0), "(unset)");
+    }
+
+    #[test]
+    fn command_mode_has_no_teardown_axis() {
+        let p = plan(&args(&["--", "python3", "x.py"]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.axes.len(), 1);
+        assert_eq!(p.cells.len(), 1);
+        let e = plan(&args(&["--teardown", "abort", "--", "true"]), &ctx(1, &[])).unwrap_err();
+        assert!(e.to_string().contains("built-in workload only"), "{e}");
+    }
+
+    #[test]
+    fn bad_input_is_named() {
+        let c = ctx(1, &[]);
+        for (a, want) in [
+            (vec!["--teardown", "explode"], "unknown teardown mode \"explode\""),
+            (vec!["--teardown", "clean,clean"], "given twice"),
+            (vec!["--env", "NOEQUALS"], "expected NAME=V1,V2"),
+            (vec!["--env", "1X=a"], "is not a variable name"),
+            (vec!["--env", "A=1", "--env", "A=2"], "given twice"),
+            (vec!["--env", "A=1,1"], "value \"1\" given twice"),
+            (vec!["--env", "EPDOCTOR_X=1"], "belong to the harness"),
+            (vec!["--ranks", "0"], "at least 1"),
+            (vec!["--repeat", "0"], "at least 1"),
+            (vec!["--timeout", "0"], "positive"),
+            (vec!["--timeout", "NaN"], "positive"),
+            (vec!["--grace=-1"], "--grace"),
+            (vec!["--nccl-lib", "/nonexistent/libnccl.so.2"], "/nonexistent/libnccl.so.2"),
+            (vec!["--nccl-lib", "/"], "is not a file"),
+        ] {
+            let e = format!("{:#}", plan(&args(&a), &c).unwrap_err());
+            assert!(e.contains(want), "{a:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The comparison: a comfy-table of the cells, the effect of each axis, where each rule fired.
+//! Text for the terminal, Markdown for report.md (redacted by the caller).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use comfy_table::{presets, ContentArrangement, Table};
+
+use super::compare::{effect_line, site_line};
+use super::matrix::AxisKind;
+use super::result::{Cell, CellStatus, Run, RunStatus};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Text,
+    Markdown,
+}
+
+fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn f2(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+fn rules_cell(c: &Cell) -> String {
+    if let Some(e) = &c.explain_error {
+        return format!("explain failed: {}", e.lines().next().unwrap_or(""));
+    }
+    if c.rules.is_empty() {
+        return "-".into();
+    }
+    c.rules.iter().map(|r| if r.count > 1 { format!("{} x{}", r.id, r.count) } else { r.id.clone() }).collect::<Vec<_>>().join(", ")
+}
+
+pub fn table(run: &Run, style: Style) -> Table {
+    let mut t = Table::new();
+    match style {
+        Style::Text => {
+            t.load_style(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        Style::Markdown => {
+            t.load_style(presets::ASCII_MARKDOWN);
+        }
+    }
+    let multi: Vec<usize> = (0..run.axes.len()).filter(|&i| run.axes[i].values.len() > 1).collect();
+    let mut header: Vec<String> = vec!["#".into()];
+    header.extend(multi.iter().map(|&i| run.axes[i].name.clone()));
+    if run.repeat > 1 {
+        header.push("rep".into());
+    }
+    for h in ["nccl ran", "exit", "status", "wall s", "teardown s", "WARN", "rules fired", "verdict", "leftovers"] {
+        header.push(h.into());
+    }
+    t.set_header(header);
+    for c in &run.cells {
+        let mut row: Vec<String> = vec![c.index.to_string()];
+        row.extend(multi.iter().map(|&i| run.axes[i].values[c.values[i]].label.clone()));
+        if run.repeat > 1 {
+            row.push(c.repeat.to_string());
+        }
+        let teardown = match (c.teardown_s, c.hung.iter().any(|h| h.phase.as_deref() == Some("teardown-start"))) {
+            (_, true) => "hang".to_string(),
+            (Some(s), _) => f2(s),
+            (None, _) => "-".into(),
+        };
+        row.push(c.nccl_version.clone().unwrap_or_else(|| "?".into()));
+        row.push(c.processes.iter().map(|p| p.outcome.short()).collect::<Vec<_>>().join(" "));
+        row.push(c.status.as_str().into());
+        row.push(f1(c.wall_s));
+        row.push(teardown);
+        row.push(c.warn_lines.to_string());
+        row.push(rules_cell(c));
+        row.push(c.verdict.map(|v| v.as_str().to_string()).unwrap_or_else(|| "-".into()));
+        row.push(c.leftovers.short());
+        if style == Style::Markdown {
+            row = row.into_iter().map(|s| s.replace('|', "\\|")).collect();
+        }
+        t.add_row(row);
+    }
+    t
+}
+
+/// `PARTIAL: ...` when the run did not finish, else None.
+pub fn partial_note(run: &Run) -> Option<String> {
+    match run.status {
+        RunStatus::Complete => None,
+        RunStatus::Interrupted => Some(format!(
+            "PARTIAL: interrupted by {} after {} of {} cells",
+            run.interrupted_by.as_deref().unwrap_or("a signal"),
+            run.cells.len(),
+            run.cells_planned
+        )),
+        RunStatus::Running => Some(format!(
+            "PARTIAL: {} of {} cells written; the run was still going (or epdoctor was killed)",
+            run.cells.len(),
+            run.cells_planned
+        )),
+    }
+}
+
+fn header_lines(run: &Run) -> Vec<String> {
+    let mut v = Vec::new();
+    let what = if run.workload == "command" {
+        format!("your command `{}`", run.command.join(" "))
+    } else {
+        format!("the built-in workload, {} ranks", run.ranks.unwrap_or(0))
+    };
+    v.push(format!(
+        "{} cells: {what}; deadline {} s, grace {} s; started {}; epdoctor {}",
+        run.cells_planned, run.timeout_s, run.grace_s, run.started, run.tool_version
+    ));
+    if !run.fixed_env.is_empty() {
+        let e: Vec<String> = run.fixed_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        v.push(format!("Every cell: {} (epdoctor's default; set it with --env to change)", e.join(" ")));
+    }
+    for a in &run.axes {
+        if a.kind == AxisKind::NcclLib {
+            let libs: Vec<String> = a
+                .values
+                .iter()
+                .map(|x| if x.value.is_empty() { format!("{} = the loader's choice", x.label) } else { format!("{} = {}", x.label, x.value) })
+                .collect();
+            v.push(format!("NCCL libraries: {}", libs.join("; ")));
+        } else if a.values.len() == 1 {
+            v.push(format!("{}: {}", a.name, a.values[0].label));
+        }
+    }
+    v
+}
+
+/// Last non-empty line of a file, shortened.
+fn last_line(path: &Path) -> Option<String> {
+    let text = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let l = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    Some(if l.chars().count() > 200 { format!("{}...", l.chars().take(200).collect::<String>()) } else { l.to_string() })
+}
+
+/// What the table cannot show: hangs, failures, leftovers, engine errors.
+fn notes(run: &Run, dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    for c in &run.cells {
+        if c.status != CellStatus::Ok {
+            v.push(format!("cell {} ({}): {}", c.index, c.id, c.detail));
+            if c.status == CellStatus::Failed {
+                for p in c.processes.iter().filter(|p| p.outcome.exit_code != Some(0)) {
+                    if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                        v.push(format!("  {} last line: {l}", p.log));
+                    }
+                }
+            }
+        }
+        for l in c.leftovers.lines() {
+            v.push(format!("cell {}: {}", c.index, l.trim_start_matches("[epdoctor-harness] ")));
+        }
+        if let Some(e) = &c.explain_error {
+            v.push(format!("cell {}: explain failed: {e}", c.index));
+        }
+    }
+    v
+}
+
+pub fn text(run: &Run, dir: &Path) -> String {
+    let mut s = String::new();
+    if let Some(p) = partial_note(run) {
+        let _ = writeln!(s, "{p}");
+    }
+    for l in header_lines(run) {
+        let _ = writeln!(s, "{l}");
+    }
+    let _ = writeln!(s, "{}", table(run, Style::Text));
+    if !run.effects.is_empty() {
+        let _ = writeln!(s, "\nEffect of each axis (one value against the first, everything else equal):");
+        for e in &run.effects {
+            let _ = writeln!(s, "  {}", effect_line(e));
+        }
+    }
+    if !run.where_fired.is_empty() {
+        let _ = writeln!(s, "\nWhere each rule and outcome was seen:");
+        for w in &run.where_fired {
+            let _ = writeln!(s, "  {}", site_line(w));
+        }
+    }
+    let n = notes(run, dir);
+    if !n.is_empty() {
+        let _ = writeln!(s, "\nNotes:");
+        for l in n {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
+    let _ = writeln!(s, "\nRun folder: {} (report.md, cells.json, cells/*/ with every log)", dir.display());
+    s
+}
+
+pub fn markdown(run: &Run, dir: &Path) -> String {
+    let mut s = String::from("# epdoctor repro\n\n");
+    if let Some(p) = partial_note(run) {
+        let _ = writeln!(s, "**{p}**\n");
+    }
+    for l in header_lines(run) {
+        let _ = writeln!(s, "- {l}");
+    }
+    let _ = writeln!(s, "\n{}\n", table(run, Style::Markdown));
+    if !run.effects.is_empty() {
+        let _ = writeln!(s, "## Effect of each axis\n\nOne value against the axis' first value, everything else equal.\n");
+        for e in &run.effects {
+            let _ = writeln!(s, "- {}", effect_line(e));
+        }
+        s.push('\n');
+    }
+    if !run.where_fired.is_empty() {
+        let _ = writeln!(s, "## Where each rule and outcome was seen\n");
+        for w in &run.where_fired {
+            let _ = writeln!(s, "- {}", site_line(w));
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "## Cells\n");
+    for c in &run.cells {
+        let axes: Vec<String> =
+            run.axes.iter().zip(&c.values).map(|(a, &i)| format!("{}={}", a.name, a.values[i].label)).collect();
+        let _ = writeln!(s, "### {} `{}`\n", c.index, c.id);
+        let _ = writeln!(s, "- settings: {}", axes.join(", "));
+        let _ = writeln!(s, "- status: {} ({}), wall {} s", c.status.as_str(), c.detail, f1(c.wall_s));
+        if let Some(v) = &c.nccl_version {
+            let t = c.transport.as_deref().map(|t| format!(", transport {t}")).unwrap_or_default();
+            let _ = writeln!(s, "- NCCL ran: {v}{t}");
+        }
+        for p in &c.processes {
+            let _ = writeln!(s, "- process {}: {} (log `{}`)", p.outcome.label, p.outcome.short(), p.log);
+            if p.outcome.exit_code != Some(0) {
+                if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                    let _ = writeln!(s, "  - last line: `{}`", l.replace('`', "'"));
+                }
+            }
+        }
+        if let Some(p) = &c.primary {
+            let _ = writeln!(s, "- primary finding: `{}` {}", p.rule, p.title);
+            if let Some(e) = &p.evidence {
+                let _ = writeln!(s, "  - `{}`{}", e.replace('`', "'"), p.source.as_deref().map(|x| format!(" ({x})")).unwrap_or_default());
+            }
+        }
+        if let Some(e) = &c.explain_error {
+            let _ = writeln!(s, "- explain failed: {e}");
+        }
+        for l in c.leftovers.lines() {
+            let _ = writeln!(s, "- {}", l.trim_start_matches("[epdoctor-harness] "));
+        }
+        s.push('\n');
+    }
+    s
+}

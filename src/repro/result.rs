@@ -1,0 +1,178 @@
+//! What a run wrote: `cells.json` in the run folder. `epdoctor report --repro DIR` reads it back.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::launch::Outcome;
+use super::leftovers::Leftovers;
+use super::markers::RankMarkers;
+use crate::report::model::{Severity, Verdict};
+
+pub const SCHEMA_VERSION: u32 = 1;
+pub const CELLS_FILE: &str = "cells.json";
+pub const REPORT_FILE: &str = "report.md";
+pub const HARNESS_FILE: &str = "harness.log";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Still running, or epdoctor itself was killed before it could finish: partial.
+    Running,
+    Complete,
+    /// Stopped by SIGINT/SIGTERM/SIGHUP: partial.
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    pub schema_version: u32,
+    pub tool_version: String,
+    pub status: RunStatus,
+    pub interrupted_by: Option<String>,
+    /// Local time the run started, `YYYY-MM-DD HH:MM:SS`.
+    pub started: String,
+    /// `builtin` or `command`.
+    pub workload: String,
+    /// The user's command (command workload).
+    pub command: Vec<String>,
+    /// Ranks per cell (built-in workload).
+    pub ranks: Option<usize>,
+    pub timeout_s: f64,
+    pub grace_s: f64,
+    pub repeat: usize,
+    /// Variables every cell got (e.g. NCCL_DEBUG=WARN by default).
+    pub fixed_env: BTreeMap<String, String>,
+    pub axes: Vec<AxisOut>,
+    pub cells_planned: usize,
+    pub cells: Vec<Cell>,
+    #[serde(default)]
+    pub effects: Vec<super::compare::Effect>,
+    #[serde(default)]
+    pub where_fired: Vec<super::compare::Site>,
+}
+
+impl Run {
+    pub fn is_partial(&self) -> bool {
+        self.status != RunStatus::Complete
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AxisOut {
+    pub name: String,
+    pub kind: super::matrix::AxisKind,
+    pub values: Vec<AxisValueOut>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AxisValueOut {
+    /// The raw value: a library path ("" = the loader's choice), a mode, an env value ("" = unset).
+    pub value: String,
+    /// As tables and effects show it (e.g. `2.22.3 (lib1)`).
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CellStatus {
+    /// Every process exited 0.
+    Ok,
+    /// A process exited non-zero or died of a signal nobody sent it.
+    Failed,
+    /// Still running at the deadline; stopped by the harness.
+    Hang,
+    /// epdoctor was interrupted during this cell.
+    Interrupted,
+    /// A process could not be started.
+    LaunchError,
+}
+
+impl CellStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellStatus::Ok => "ok",
+            CellStatus::Failed => "failed",
+            CellStatus::Hang => "hang",
+            CellStatus::Interrupted => "interrupted",
+            CellStatus::LaunchError => "launch-error",
+        }
+    }
+}
+
+/// One process of a cell and its log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Process {
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Its stdout + stderr, relative to the cell folder.
+    pub log: String,
+}
+
+/// A process (or a rank inside the command) stopped at the deadline, and where it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hung {
+    pub rank: String,
+    /// Its last phase marker (`teardown-start` = stuck in teardown), if it printed any.
+    pub phase: Option<String>,
+    /// Seconds from that marker to the harness's SIGTERM.
+    pub for_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RuleHit {
+    pub id: String,
+    pub count: u64,
+    pub benign: bool,
+    pub severity: Severity,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Primary {
+    pub rule: String,
+    pub title: String,
+    /// The line that best identifies the cause.
+    pub evidence: Option<String>,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cell {
+    /// 1-based position in the run.
+    pub index: usize,
+    /// Folder name under `cells/`.
+    pub id: String,
+    pub repeat: usize,
+    /// Index of this cell's value on each axis (same order as `Run::axes`).
+    pub values: Vec<usize>,
+    /// Every variable the cell set (value) or removed (null), besides the harness's own.
+    pub env: BTreeMap<String, Option<String>>,
+    pub status: CellStatus,
+    /// One line: `hang: rank 0 in teardown for 45.0 s`, `rank 1 exit 3`, ...
+    pub detail: String,
+    pub wall_s: f64,
+    /// Slowest rank's teardown, from the phase markers (absent when a rank never finished it).
+    pub teardown_s: Option<f64>,
+    pub hung: Vec<Hung>,
+    pub processes: Vec<Process>,
+    /// Marker lines per rank (`[epdoctor] rank=R ...`).
+    pub markers: BTreeMap<String, RankMarkers>,
+    /// The NCCL version the cell actually ran (worker marker, else the logs).
+    pub nccl_version: Option<String>,
+    pub transport: Option<String>,
+    /// `NCCL WARN` lines and PyTorch `[W...]` lines in the cell's logs.
+    pub warn_lines: u64,
+    pub verdict: Option<Verdict>,
+    pub rules: Vec<RuleHit>,
+    pub primary: Option<Primary>,
+    /// Why there is no verdict (the engine failed on this cell's logs).
+    pub explain_error: Option<String>,
+    pub leftovers: Leftovers,
+}
+
+impl Cell {
+    /// Did the cell run to an end that can be compared (not cut short by epdoctor itself)?
+    pub fn comparable(&self) -> bool {
+        !matches!(self.status, CellStatus::Interrupted | CellStatus::LaunchError) && self.explain_error.is_none()
+    }
+}
