@@ -73,6 +73,10 @@ pub struct RuleOpts {
     /// Extra rule files (TOML) or folders of them; a rule with a built-in id replaces it.
     #[arg(long = "rules", value_name = "PATH", env = "EPDOCTOR_RULES", value_delimiter = ':')]
     pub rules: Vec<PathBuf>,
+
+    /// Use only the rules given with --rules (to test your own rule files in isolation).
+    #[arg(long, requires = "rules")]
+    pub no_builtin_rules: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -68,7 +68,9 @@ pub fn parse(name: &str, text: &str) -> Result<Fixture> {
             }
             "FIRES" => f.fires.extend(val.split_whitespace().map(String::from)),
             "NOT" => f.not.extend(val.split_whitespace().map(String::from)),
-            "NCCL" => f.nccl = Some(Version::parse(val).with_context(|| format!("{}: `{val}` is not a version", at()))?),
+            "NCCL" => {
+                f.nccl = Some(Version::parse(val).with_context(|| format!("{}: `{val}` is not a version", at()))?)
+            }
             "FILE" => {
                 if started {
                     f.files.push(std::mem::take(&mut cur));
@@ -125,7 +127,11 @@ pub fn check(engine: &Engine, f: &Fixture) -> Result<Outcome> {
     if let Some(m) = &f.match_line {
         let got = a.primary.as_ref().and_then(|p| p.evidence.first()).map(|e| e.text.as_str());
         if got != Some(m.as_str()) {
-            failures.push(format!("primary evidence is {:?}, expected the #=MATCH=# line {:?}", got.unwrap_or("(none)"), m));
+            failures.push(format!(
+                "primary evidence is {:?}, expected the #=MATCH=# line {:?}",
+                got.unwrap_or("(none)"),
+                m
+            ));
         }
     }
     Ok(Outcome { failures, analysis: a, fired })
@@ -157,7 +163,14 @@ pub fn bless(text: &str, a: &Analysis) -> String {
         out.push('\n');
     }
     if !have_expect {
-        out.insert_str(0, &format!("#=EXPECT=# verdict={} primary={}\n", a.verdict.as_str(), primary.map_or("none", |p| p.rule.as_str())));
+        out.insert_str(
+            0,
+            &format!(
+                "#=EXPECT=# verdict={} primary={}\n",
+                a.verdict.as_str(),
+                primary.map_or("none", |p| p.rule.as_str())
+            ),
+        );
     }
     out
 }
@@ -171,10 +184,16 @@ fn collect(paths: &[PathBuf]) -> Result<Vec<(String, String)>> {
             walk(p, &mut files)?;
             files.sort();
             for f in files {
-                out.push((f.display().to_string(), std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?));
+                out.push((
+                    f.display().to_string(),
+                    std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?,
+                ));
             }
         } else {
-            out.push((p.display().to_string(), std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?));
+            out.push((
+                p.display().to_string(),
+                std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
+            ));
         }
     }
     Ok(out)
@@ -271,7 +290,11 @@ pub fn run_command(paths: &[PathBuf], bless_on: bool, opts: &RuleOpts) -> Result
         for r in &engine.rules {
             if !fired_somewhere.contains(&r.def.id) {
                 failed += 1;
-                writeln!(out, "FAIL rule {} ({}): no fixture proves it (list it in a fixture's #=FIRES=# or as its primary)", r.def.id, r.origin)?;
+                writeln!(
+                    out,
+                    "FAIL rule {} ({}): no fixture proves it (list it in a fixture's #=FIRES=# or as its primary)",
+                    r.def.id, r.origin
+                )?;
             }
         }
     }
@@ -299,6 +322,9 @@ mod tests {
     fn needs_source_and_expect() {
         assert!(parse("f", "#=EXPECT=# verdict=clean\n").unwrap_err().to_string().contains("SOURCE"));
         assert!(parse("f", "#=SOURCE=# s\n").unwrap_err().to_string().contains("EXPECT"));
-        assert!(parse("f", "#=SOURCE=# s\n#=EXPECT=# verdict=clean\n#=BOGUS=# x\n").unwrap_err().to_string().contains("BOGUS"));
+        assert!(parse("f", "#=SOURCE=# s\n#=EXPECT=# verdict=clean\n#=BOGUS=# x\n")
+            .unwrap_err()
+            .to_string()
+            .contains("BOGUS"));
     }
 }

@@ -18,7 +18,11 @@ use crate::exit;
 
 /// The engine over the built-in rules plus the user's.
 pub fn engine(opts: &RuleOpts) -> Result<Engine> {
-    Engine::new(schema::load_rules(&opts.rules)?)
+    Engine::new(load(opts)?)
+}
+
+pub fn load(opts: &RuleOpts) -> Result<Vec<schema::Rule>> {
+    schema::load_rules_with(&opts.rules, !opts.no_builtin_rules)
 }
 
 #[derive(Serialize)]
@@ -39,7 +43,7 @@ struct RuleRow<'a> {
 pub fn command(cmd: RulesCommand) -> Result<u8> {
     match cmd {
         RulesCommand::List { format, rule_opts } => {
-            let rules = schema::load_rules(&rule_opts.rules)?;
+            let rules = load(&rule_opts)?;
             let counts = fixtures::fixture_counts(&rules);
             let rows: Vec<RuleRow> = rules
                 .iter()
@@ -62,7 +66,11 @@ pub fn command(cmd: RulesCommand) -> Result<u8> {
                 Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
                 Format::Text | Format::Md => {
                     let mut t = Table::new();
-                    t.load_style(if format == Format::Md { presets::ASCII_MARKDOWN } else { presets::UTF8_FULL_CONDENSED });
+                    t.load_style(if format == Format::Md {
+                        presets::ASCII_MARKDOWN
+                    } else {
+                        presets::UTF8_FULL_CONDENSED
+                    });
                     t.set_content_arrangement(ContentArrangement::Dynamic);
                     t.set_header(["id", "category", "severity", "benign", "nccl", "fixtures", "title"]);
                     for r in &rows {
@@ -83,9 +91,13 @@ pub fn command(cmd: RulesCommand) -> Result<u8> {
             Ok(exit::OK)
         }
         RulesCommand::Show { id, rule_opts } => {
-            let rules = schema::load_rules(&rule_opts.rules)?;
+            let rules = load(&rule_opts)?;
             let Some(r) = rules.iter().find(|r| r.def.id == id) else {
-                let mut near: Vec<&str> = rules.iter().map(|r| r.def.id.as_str()).filter(|x| x.contains(id.as_str()) || id.contains(*x)).collect();
+                let mut near: Vec<&str> = rules
+                    .iter()
+                    .map(|r| r.def.id.as_str())
+                    .filter(|x| x.contains(id.as_str()) || id.contains(*x))
+                    .collect();
                 near.truncate(5);
                 if near.is_empty() {
                     bail!("no rule has the id `{id}` (see `epdoctor rules list`)");
@@ -98,12 +110,21 @@ pub fn command(cmd: RulesCommand) -> Result<u8> {
             writeln!(out, "title:     {}", d.title)?;
             writeln!(out, "category:  {}    severity: {}    benign: {}", d.category, d.severity.as_str(), d.benign)?;
             if let Some(n) = &r.nccl {
-                writeln!(out, "nccl:      {} (applies when the version is unknown: {})", n.text(), d.if_version_unknown)?;
+                writeln!(
+                    out,
+                    "nccl:      {} (applies when the version is unknown: {})",
+                    n.text(),
+                    d.if_version_unknown
+                )?;
             }
             if let Some(t) = &r.torch {
                 writeln!(out, "torch:     {}", t.text())?;
             }
-            writeln!(out, "phase:     {:?}    symptom: {}    demote_on_failure: {}    priority: {}", d.phase, d.symptom, d.demote_on_failure, d.priority)?;
+            writeln!(
+                out,
+                "phase:     {:?}    symptom: {}    demote_on_failure: {}    priority: {}",
+                d.phase, d.symptom, d.demote_on_failure, d.priority
+            )?;
             for p in &d.patterns {
                 writeln!(out, "pattern:   {p}")?;
             }

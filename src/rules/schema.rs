@@ -180,9 +180,13 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
 
 /// All rules: built-in files, then user files/folders (a user rule replaces a built-in one by id).
 pub fn load_rules(extra: &[PathBuf]) -> Result<Vec<Rule>> {
+    load_rules_with(extra, true)
+}
+
+pub fn load_rules_with(extra: &[PathBuf], builtin: bool) -> Result<Vec<Rule>> {
     let mut rules: Vec<Rule> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
-    for (path, text) in builtin_rule_files() {
+    for (path, text) in builtin_rule_files().filter(|_| builtin) {
         for r in parse_rule_file(path, text)? {
             if let Some(&i) = index.get(&r.def.id) {
                 bail!("rule id `{}` is defined in both {} and {path}", r.def.id, rules[i].origin);

@@ -61,7 +61,8 @@ impl Range {
             } else {
                 (Op::Eq, part)
             };
-            let v = Version::parse(rest).ok_or_else(|| format!("`{part}` is not a version comparison (e.g. `>=2.23.4`)"))?;
+            let v = Version::parse(rest)
+                .ok_or_else(|| format!("`{part}` is not a version comparison (e.g. `>=2.23.4`)"))?;
             terms.push((op, v));
         }
         if terms.is_empty() {
