@@ -105,7 +105,8 @@ fn header_lines(run: &Run) -> Vec<String> {
     let what = if run.workload == "command" {
         format!("your command `{}`", run.command.join(" "))
     } else {
-        format!("the built-in workload, {} ranks", run.ranks.unwrap_or(0))
+        let n = run.ranks.unwrap_or(0);
+        format!("the built-in workload, {n} rank{}", if n == 1 { "" } else { "s" })
     };
     v.push(format!(
         "{} cells: {what}; deadline {} s, grace {} s; started {}; epdoctor {}",
@@ -223,7 +224,8 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
             run.axes.iter().zip(&c.values).map(|(a, &i)| format!("{}={}", a.name, a.values[i].label)).collect();
         let _ = writeln!(s, "### {} `{}`\n", c.index, c.id);
         let _ = writeln!(s, "- settings: {}", axes.join(", "));
-        let _ = writeln!(s, "- status: {} ({}), wall {} s", c.status.as_str(), c.detail, f1(c.wall_s));
+        let detail = if c.detail == c.status.as_str() { String::new() } else { format!(" ({})", c.detail) };
+        let _ = writeln!(s, "- status: {}{detail}, wall {} s", c.status.as_str(), f1(c.wall_s));
         if let Some(v) = &c.nccl_version {
             let t = c.transport.as_deref().map(|t| format!(", transport {t}")).unwrap_or_default();
             let _ = writeln!(s, "- NCCL ran: {v}{t}");
