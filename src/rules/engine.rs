@@ -61,7 +61,7 @@ impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
         let fingerprints = schema::load_fingerprints()?;
-        let nccl_version_re = Regex::new(r"NCCL version (\d+\.\d+\.\d+)(\S*)").unwrap();
+        let nccl_version_re = Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
         let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
         let torch_version_re = Regex::new(
             r"(?i)(?:\bpytorch version|\btorch version|\btorch==|\btorch\.__version__[ =:]*|\btorch )[ :=]*v?(\d+\.\d+(?:\.\d+)?)(\S*)",
