@@ -1,0 +1,446 @@
+//! The checklist: one verdict per line, each grounded in nccl-teardown-facts.md (§ given in the
+//! text) or in a cited public source. Nothing here claims more than those sources support.
+use serde::Serialize;
+
+use super::{vars, EnvReport};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Info,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Info => "info",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub id: String,
+    pub status: Status,
+    pub title: String,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
+}
+
+fn check(id: &str, status: Status, title: impl Into<String>, detail: impl Into<String>, refs: &[&str]) -> Check {
+    Check { id: id.into(), status, title: title.into(), detail: detail.into(), refs: refs.iter().map(|s| s.to_string()).collect() }
+}
+
+/// "2.28.3" or "2.11.0+cu130" -> (2, 28, 3) / (2, 11, 0).
+pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let core = v.split(['+', '-', ' ']).next()?;
+    let mut it = core.split('.').map(|p| p.chars().take_while(|c| c.is_ascii_digit()).collect::<String>());
+    let a = it.next()?.parse().ok()?;
+    let b = it.next()?.parse().ok()?;
+    let c = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    Some((a, b, c))
+}
+
+pub const GIB: u64 = 1 << 30;
+
+/// What an NCCL version means for teardown warnings (facts §1.4, h200-findings.md).
+pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
+    if v < (2, 23, 4) {
+        (
+            Status::Warn,
+            "ncclCommAbort prints the WARN trio \"[Service thread] Accept failed ...\", \"Could not receive type from \
+             localRank N, res=3, closed=0\", \"Failed to execute operation Close from rank N, retcode 3\" (DeepEP #41); \
+             harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (facts §1.3, §1.4)."
+                .into(),
+        )
+    } else if v < (2, 30, 3) {
+        (
+            Status::Info,
+            "the abort-path pair is silenced (since 2.23.4), but \"[Service thread] Accept failed\" is still a WARN \
+             until 2.30.3; warnings with res=6 / \"Connection closed by remote peer\" mean a peer really exited early \
+             (facts §1.3, §1.4)."
+                .into(),
+        )
+    } else if v < (2, 31, 0) {
+        (
+            Status::Ok,
+            "normal teardown is quiet: the abort pair is silenced and Accept failed is INFO; peer-gone warnings \
+             (res=6, \"Connection closed by remote peer\") remain real (facts §1.4)."
+                .into(),
+        )
+    } else {
+        (
+            Status::Warn,
+            "a local rank that exits without destroying its communicator can make the others' \
+             ncclCommFinalize/Destroy hang instead of warn (seen with 2.32.3 on the H200; PyTorch #194679 reports it \
+             from 2.31.2): call destroy_process_group() on every rank before exit."
+                .into(),
+        )
+    }
+}
+
+pub fn run(r: &EnvReport) -> Vec<Check> {
+    let mut out = Vec::new();
+    let eff = |name: &str| vars::effective(name, &r.variables, &r.config_files);
+
+    // GPUs and P2P.
+    match r.gpu.status.as_str() {
+        "ok" if r.gpu.devices.is_empty() => out.push(check("gpu", Status::Warn, "driver present, no GPU visible", "check CUDA_VISIBLE_DEVICES and the container's --gpus", &[])),
+        "ok" => {
+            let names: Vec<String> = r.gpu.devices.iter().map(|g| format!("{} (sm {})", g.name, g.compute_capability)).collect();
+            out.push(check("gpu", Status::Ok, format!("{} GPU(s)", r.gpu.devices.len()), names.join(", "), &[]));
+        }
+        "no GPU driver" => out.push(check("gpu", Status::Info, "no GPU driver", "libcuda could not be loaded: GPU checks are skipped; explain, rules and clean still work", &[])),
+        "not probed" => {}
+        _ => out.push(check("gpu", Status::Warn, "the CUDA driver is present but failed", r.gpu.detail.clone().unwrap_or_default(), &[])),
+    }
+    let n = r.gpu.devices.len();
+    if n >= 2 {
+        let mut missing = Vec::new();
+        for i in 0..n {
+            for j in 0..n {
+                if i != j && r.gpu.p2p[i][j] != Some(true) {
+                    missing.push(format!("{i}->{j}"));
+                }
+            }
+        }
+        if missing.is_empty() {
+            out.push(check("p2p", Status::Ok, "every GPU pair has peer access", "NCCL can use its P2P transport between all local GPUs", &[]));
+        } else {
+            out.push(check(
+                "p2p",
+                Status::Warn,
+                format!("no peer access for {}", missing.join(", ")),
+                "between these GPUs NCCL cannot use P2P; intranode traffic goes through SHM (host memory, still proxied) (facts §2.1, NCCL_P2P_DISABLE)",
+                &[],
+            ));
+        }
+        match eff("NCCL_NVLS_ENABLE") {
+            Some(("0", _)) => {}
+            other => out.push(check(
+                "nvls",
+                Status::Info,
+                "NCCL_NVLS_ENABLE is not 0 on a multi-GPU host",
+                format!(
+                    "{} (default 2 = auto). NVLink SHARP uses fd exchange over the UDS service; on shared multi-GPU hosts keep NCCL_NVLS_ENABLE=0 (facts §2.1)",
+                    other.map_or("unset".to_string(), |(v, from)| format!("set to {v} ({from})"))
+                ),
+                &[],
+            )),
+        }
+    }
+
+    // NCCL_DEBUG: without it the teardown warnings are invisible.
+    match eff("NCCL_DEBUG") {
+        None => out.push(check(
+            "nccl-debug",
+            Status::Warn,
+            "NCCL_DEBUG is not set",
+            "NCCL prints nothing, not even WARN, without NCCL_DEBUG: teardown warnings cannot appear in your logs. Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_SUBSYS=INIT,PROXY,NET) to see them (facts §2.1)",
+            &[],
+        )),
+        Some((v, from)) => out.push(check("nccl-debug", Status::Ok, format!("NCCL_DEBUG={v}"), format!("from {from}"), &[])),
+    }
+    if let Some((v, from)) = eff("NCCL_ABORT_ON_ERROR") {
+        out.push(check(
+            "unknown-variable",
+            Status::Warn,
+            "NCCL_ABORT_ON_ERROR does nothing",
+            format!("set to {v} ({from}), but no NCCL release has such a parameter; the nearest knobs are PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ENABLE_MONITORING (facts §2.1)"),
+            &[],
+        ));
+    }
+
+    // Libraries.
+    let nccl = &r.libraries.nccl;
+    let mut versions: Vec<String> = nccl.iter().filter_map(|l| l.version.clone()).collect();
+    versions.sort();
+    versions.dedup();
+    if nccl.is_empty() {
+        out.push(check("nccl-libraries", Status::Info, "no libnccl found", "none on the loader path, LD_LIBRARY_PATH or in Python's site-packages; torch builds that link NCCL statically carry their own", &[]));
+    } else if versions.len() > 1 {
+        out.push(check(
+            "nccl-libraries",
+            Status::Warn,
+            format!("{} libnccl copies, versions {}", nccl.len(), versions.join(", ")),
+            "which one a process loads depends on LD_LIBRARY_PATH and the program's RPATH (torch wheels load nvidia/nccl from site-packages). The log's \"NCCL version\" line (NCCL_DEBUG=VERSION or INFO) says which one ran",
+            &[],
+        ));
+    } else {
+        out.push(check("nccl-libraries", Status::Ok, format!("{} libnccl copy/copies, version {}", nccl.len(), versions.first().map_or("unknown", |s| s)), "", &[]));
+    }
+    let mut seen = Vec::new();
+    let mut vlist: Vec<(String, String)> = nccl
+        .iter()
+        .filter_map(|l| l.version.clone().map(|v| (v, l.path.clone())))
+        .collect();
+    if let Some(v) = &r.python.torch_nccl {
+        vlist.push((v.clone(), format!("torch {}", r.python.torch.clone().unwrap_or_default())));
+    }
+    for (v, whose) in vlist {
+        if seen.contains(&v) {
+            continue;
+        }
+        seen.push(v.clone());
+        if let Some(pv) = parse_version(&v) {
+            let (status, text) = nccl_teardown(pv);
+            out.push(check("nccl-version", status, format!("NCCL {v} ({whose})"), text, &["https://github.com/deepseek-ai/DeepEP/issues/41"]));
+        }
+    }
+
+    // torch.
+    match (&r.python.torch, r.python.status.as_str()) {
+        (Some(t), _) => {
+            if let Some(tv) = parse_version(t) {
+                let (status, text) = if tv < (2, 4, 0) {
+                    (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (facts §4.2)")
+                } else if tv < (2, 6, 0) {
+                    (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (facts §4.2, §6d)")
+                } else {
+                    (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (facts §4.2; 2.6 inferred from PR #141510)")
+                };
+                out.push(check("torch-teardown", status, format!("torch {t}"), text, &["https://github.com/pytorch/pytorch/pull/141510"]));
+            }
+            if let (Some(tn), Some(sys)) = (&r.python.torch_nccl, nccl.iter().find(|l| l.loader_default).and_then(|l| l.version.clone())) {
+                if parse_version(tn) != parse_version(&sys) {
+                    out.push(check(
+                        "torch-nccl",
+                        Status::Info,
+                        format!("torch uses NCCL {tn}, the loader's libnccl.so.2 is {sys}"),
+                        "torch loads its own NCCL; the loader's copy is what other programs (epdoctor's workload, DeepEP V2) get. Compare against the version the failing log states",
+                        &[],
+                    ));
+                }
+            }
+        }
+        (None, "ok") => out.push(check("torch", Status::Info, "no torch in this python3", r.python.torch_error.clone().unwrap_or_default(), &[])),
+        (None, st) => out.push(check("torch", Status::Info, format!("python3 probe: {st}"), r.python.detail.clone().unwrap_or_default(), &[])),
+    }
+
+    // /dev/shm size.
+    let container = r.host.container.detected;
+    match (r.shm.exists, r.shm.size_bytes) {
+        (false, _) => out.push(check("shm-size", Status::Fail, format!("{} is missing", r.shm.dir), "NCCL's SHM transport and proxy pool create files there; without it intranode NCCL fails", &[])),
+        (true, Some(sz)) if sz < GIB => out.push(check(
+            "shm-size",
+            if container { Status::Fail } else { Status::Warn },
+            format!("{} is only {}{}", r.shm.dir, human_bytes(sz), if container { " in a container" } else { "" }),
+            "NCCL maps /dev/shm files for its SHM transport and proxy pool; Docker's 64 MiB default made NCCL crash in ncclShmOpen. Give the container --shm-size=1g or more (or --ipc=host)",
+            &["https://github.com/pytorch/tutorials/pull/2475"],
+        )),
+        (true, Some(sz)) => out.push(check("shm-size", Status::Ok, format!("{} is {}", r.shm.dir, human_bytes(sz)), r.shm.free_bytes.map(|f| format!("{} free", human_bytes(f))).unwrap_or_default(), &[])),
+        (true, None) => out.push(check("shm-size", Status::Info, format!("size of {} unknown", r.shm.dir), r.shm.error.clone().unwrap_or_default(), &[])),
+    }
+
+    // /dev/shm leftovers.
+    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_nccl_file(file_name(&f.path))).collect();
+    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_torch_file(file_name(&f.path))).collect();
+    let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
+    let (stale, in_use, unknown) = (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));
+    if nccl_files.is_empty() {
+        out.push(check(
+            "shm-leftovers",
+            Status::Ok,
+            "no /dev/shm/nccl-* files",
+            "NCCL unlinks its /dev/shm files as soon as every peer has attached, so even an exit without destroy_process_group leaves none; only a crash between creation and the last attach can (facts §6a)",
+            &[],
+        ));
+    } else if stale > 0 {
+        out.push(check(
+            "shm-leftovers",
+            Status::Warn,
+            format!("{stale} /dev/shm/nccl-* file(s) that no live process holds"),
+            "left by a process that died between creating a segment and its last peer attaching (facts §6a). They only take memory; `epdoctor clean` lists them and `--yes` deletes them",
+            &[],
+        ));
+    } else if unknown > 0 {
+        out.push(check(
+            "shm-leftovers",
+            Status::Info,
+            format!("{unknown} /dev/shm/nccl-* file(s) of unknown state"),
+            format!("{} processes could not be inspected; run as root to tell stale files from live ones", r.process_scan.unreadable),
+            &[],
+        ));
+    } else {
+        out.push(check("shm-leftovers", Status::Info, format!("{in_use} /dev/shm/nccl-* file(s) in use"), "held by a live NCCL job", &[]));
+    }
+    let torch_stale = count(&torch_files, "stale");
+    if torch_stale > 0 {
+        out.push(check(
+            "torch-shm",
+            Status::Info,
+            format!("{torch_stale} /dev/shm/torch_* file(s) whose creator is gone"),
+            "PyTorch CPU-tensor sharing files (torch.multiprocessing); not NCCL's, and not touched by `epdoctor clean`",
+            &[],
+        ));
+    }
+
+    // SysV: not NCCL's.
+    out.push(check(
+        "sysv-shm",
+        Status::Ok,
+        format!("{} SysV shared-memory segment(s); none is NCCL's", r.sysv_segments.len()),
+        "NCCL never uses SysV shared memory (no shmget in its source), so `ipcs -m` cannot show NCCL leftovers; look at /dev/shm/nccl-* files and @/tmp/nccl-socket-* in /proc/net/unix instead (facts §6e)",
+        &[],
+    ));
+
+    // Abstract sockets.
+    if r.nccl_sockets.is_empty() {
+        out.push(check("nccl-sockets", Status::Ok, "no NCCL UDS sockets", "abstract sockets (@/tmp/nccl-socket-*) vanish with the last process holding them; they cannot outlive a job (facts §2.1)", &[]));
+    } else {
+        let mut pids: Vec<String> = r.nccl_sockets.iter().flat_map(|s| s.holders.iter().map(|h| format!("{} ({})", h.pid, h.comm))).collect();
+        pids.sort();
+        pids.dedup();
+        out.push(check(
+            "nccl-sockets",
+            Status::Info,
+            format!("{} NCCL UDS socket(s) live", r.nccl_sockets.len()),
+            format!(
+                "a running NCCL job ({}); abstract sockets go away with their process, nothing to clean (facts §2.1)",
+                if pids.is_empty() { "holders not visible".into() } else { pids.join(", ") }
+            ),
+            &[],
+        ));
+    }
+
+    // NVSHMEM.
+    if r.libraries.nvshmem.is_empty() {
+        out.push(check(
+            "nvshmem",
+            Status::Info,
+            "no NVSHMEM host library found",
+            "DeepEP's intranode kernels use CUDA IPC and never initialise NVSHMEM (num_rdma_bytes = 0), so it plays no part in intranode teardown warnings (facts §4.3, §6b)",
+            &[],
+        ));
+    }
+    for l in &r.libraries.nvshmem {
+        let sup = l.nccl_support.as_ref();
+        let built = sup.and_then(|s| s.built_with_nccl);
+        let what = match built {
+            Some(true) => "built with NCCL support",
+            Some(false) => "built without NCCL support",
+            None => "NCCL support unknown",
+        };
+        out.push(check(
+            "nvshmem",
+            Status::Info,
+            format!("NVSHMEM {} ({}): {what}", l.version.as_deref().unwrap_or("?"), l.path),
+            format!(
+                "{}. NVSHMEM_USE_NCCL is a build option; at run time NVSHMEM_DISABLE_NCCL=1 keeps a library built with NCCL from loading libnccl at nvshmem_init. Neither touches the torch.distributed communicators that print the teardown warnings (facts §5, §6b, §6c)",
+                sup.map_or("", |s| s.evidence.as_str())
+            ),
+            &[],
+        ));
+    }
+    if let Some((v, from)) = eff("NVSHMEM_USE_NCCL") {
+        out.push(check(
+            "nvshmem-use-nccl",
+            Status::Warn,
+            "NVSHMEM_USE_NCCL is set at run time",
+            format!("set to {v} ({from}), but it is read by NVSHMEM's CMake when building NVSHMEM, not by the library; to keep NVSHMEM from using NCCL at run time set NVSHMEM_DISABLE_NCCL=1. It does not remove the NCCL teardown warnings either (facts §5, §6c)"),
+            &[],
+        ));
+    }
+
+    // Processes on the GPUs.
+    let compute: Vec<_> = r
+        .gpu_processes
+        .iter()
+        .filter(|p| p.devices.iter().any(|d| d.trim_start_matches("nvidia").chars().next().is_some_and(|c| c.is_ascii_digit()) || d == "nvidia-uvm"))
+        .collect();
+    if !compute.is_empty() {
+        let list: Vec<String> = compute.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect();
+        out.push(check(
+            "gpu-processes",
+            Status::Info,
+            format!("{} other process(es) hold GPU devices", compute.len()),
+            format!("{}: a rank left from an earlier run keeps its GPU memory and contexts until it exits", list.join(", ")),
+            &[],
+        ));
+    }
+
+    // Limits.
+    let memlock = match r.limits.memlock_soft_bytes {
+        None => "unlimited".to_string(),
+        Some(b) => human_bytes(b),
+    };
+    out.push(check(
+        "memlock",
+        Status::Info,
+        format!("memlock limit {memlock}"),
+        "pinned-memory registration for network transports (InfiniBand, GPUDirect RDMA) counts against it; intranode runs and their teardown do not depend on it",
+        &[],
+    ));
+    let scope = r.limits.ptrace_scope.map_or("absent (no Yama)".to_string(), |s| s.to_string());
+    let cap = match r.limits.cap_sys_ptrace {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    };
+    out.push(check(
+        "ptrace",
+        Status::Info,
+        format!("ptrace_scope {scope}, CAP_SYS_PTRACE {cap}"),
+        "NCCL (>= 2.19) passes cuMem handles as file descriptors over its UDS service, which needs no ptrace rights (facts §1.1); tools that fetch a peer's fd with pidfd_getfd (e.g. PyTorch IPC of expandable segments) need ptrace_scope 0 or CAP_SYS_PTRACE",
+        &["https://github.com/pytorch/pytorch/pull/130890"],
+    ));
+    out
+}
+
+fn file_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(parse_version("2.28.3"), Some((2, 28, 3)));
+        assert_eq!(parse_version("2.11.0+cu130"), Some((2, 11, 0)));
+        assert_eq!(parse_version("2.6.0a0+git1234"), Some((2, 6, 0)));
+        assert_eq!(parse_version("x"), None);
+    }
+
+    #[test]
+    fn nccl_boundaries_follow_the_facts() {
+        assert_eq!(nccl_teardown((2, 22, 3)).0, Status::Warn);
+        assert_eq!(nccl_teardown((2, 23, 4)).0, Status::Info);
+        assert_eq!(nccl_teardown((2, 28, 9)).0, Status::Info);
+        assert_eq!(nccl_teardown((2, 30, 3)).0, Status::Ok);
+        assert_eq!(nccl_teardown((2, 32, 3)).0, Status::Warn);
+        assert!(nccl_teardown((2, 32, 3)).1.contains("hang"));
+    }
+
+    #[test]
+    fn bytes() {
+        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(1536 << 20), "1.5 GiB");
+        assert_eq!(human_bytes(12), "12 B");
+    }
+}
