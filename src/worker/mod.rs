@@ -1,9 +1,1031 @@
 //! One rank of the built-in intranode workload, and the `kernels` command.
-use crate::cli::{KernelsArgs, WorkerArgs};
+//!
+//! A rank: CUDA context on GPU `rank % gpus`, IPC buffers from plain cuMemAlloc, handles
+//! all-gathered over an NCCL communicator, K iterations of notify + dispatch + combine checked
+//! against a CPU reference, a bandwidth pass against a device-to-device copy, then one of the
+//! teardown modes. Every event is a `[epdoctor] rank=R ...` line on stdout (docs/workload.md).
 
-pub fn run(_args: &WorkerArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("the workload is not built yet")
+mod cu;
+pub mod kernels;
+mod libs;
+mod nccl;
+mod rendezvous;
+pub mod workload;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
+
+use crate::cli::{KernelsArgs, WorkerArgs};
+use cu::CuError;
+use nccl::NcclFail;
+use rendezvous::Rendezvous;
+use workload::{Layout, Shape, SignalLayout};
+
+/// Exit status of a rank whose workload or teardown reported a failure. 0 is success; 2 (usage
+/// error, missing library) comes from src/exit.rs; a killed rank has no status of its own.
+pub const FAILED: u8 = 1;
+
+/// NCCL from which several ranks of one communicator may share a GPU (NCCL_MULTI_RANK_GPU_ENABLE).
+const NCCL_MULTI_RANK_GPU: i32 = 23003;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Teardown {
+    Clean,
+    Abort,
+    Leak,
+    EarlyExit,
+    KillPeer,
+    KillInflight,
+    FreeBeforeClose,
+    NoBarrier,
 }
-pub fn kernels_command(_args: &KernelsArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("`kernels` is not built yet")
+
+impl Teardown {
+    pub const ALL: [Teardown; 8] = [
+        Teardown::Clean,
+        Teardown::Abort,
+        Teardown::Leak,
+        Teardown::EarlyExit,
+        Teardown::KillPeer,
+        Teardown::KillInflight,
+        Teardown::FreeBeforeClose,
+        Teardown::NoBarrier,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Teardown::Clean => "clean",
+            Teardown::Abort => "abort",
+            Teardown::Leak => "leak",
+            Teardown::EarlyExit => "early-exit",
+            Teardown::KillPeer => "kill-peer",
+            Teardown::KillInflight => "kill-inflight",
+            Teardown::FreeBeforeClose => "free-before-close",
+            Teardown::NoBarrier => "no-barrier",
+        }
+    }
+
+    /// One line per mode, for help and docs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Teardown::Clean => "IPC barrier, close peer IPC handles, free, ncclCommFinalize + ncclCommDestroy",
+            Teardown::Abort => "IPC barrier, close, free, then ncclCommAbort instead of finalize + destroy",
+            Teardown::Leak => "IPC barrier, then exit with the communicator and the IPC mappings open",
+            Teardown::EarlyExit => "the last rank exits before the barrier; the others tear down cleanly",
+            Teardown::KillPeer => "the last rank SIGKILLs itself after the work; the others then tear down cleanly",
+            Teardown::KillInflight => "the last rank dies while the others are inside an all-reduce; they poll for the error, then abort",
+            Teardown::FreeBeforeClose => "the last rank frees its IPC buffer while peers still map it; they read it once more, then tear down",
+            Teardown::NoBarrier => "close, free, finalize + destroy with no barrier first",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Teardown> {
+        Teardown::ALL.into_iter().find(|m| m.name() == s).with_context(|| {
+            let names: Vec<_> = Teardown::ALL.iter().map(|m| m.name()).collect();
+            format!("--teardown {s}: unknown mode; one of {}", names.join(", "))
+        })
+    }
+
+    /// Modes whose story needs a last rank and at least one other.
+    fn needs_peer(self) -> bool {
+        matches!(self, Teardown::EarlyExit | Teardown::KillPeer | Teardown::KillInflight | Teardown::FreeBeforeClose)
+    }
+}
+
+struct Timeouts {
+    barrier: Duration,
+    rendezvous: Duration,
+    inflight: Duration,
+}
+
+impl Timeouts {
+    fn from_env() -> Result<Self> {
+        Ok(Self {
+            barrier: rendezvous::env_secs("EPDOCTOR_BARRIER_TIMEOUT", 5.0)?,
+            rendezvous: rendezvous::env_secs("EPDOCTOR_RENDEZVOUS_TIMEOUT", 120.0)?,
+            inflight: rendezvous::env_secs("EPDOCTOR_INFLIGHT_TIMEOUT", 15.0)?,
+        })
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The marker and result lines, flushed one by one (a rank may be SIGKILLed right after).
+struct Out {
+    rank: usize,
+}
+
+impl Out {
+    fn line(&self, s: impl std::fmt::Display) {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "[epdoctor] rank={} {s}", self.rank);
+        let _ = o.flush();
+    }
+    fn phase(&self, p: &str) {
+        self.line(format_args!("phase={p} t={:.6}", unix_now()));
+    }
+    fn note(&self, text: &str) {
+        self.line(format_args!("note: {text}"));
+    }
+    /// `error=<stage> code=<name>` on stdout, the whole chain on stderr; returns FAILED.
+    fn fail(&self, stage: &str, e: &anyhow::Error) -> u8 {
+        self.line(format_args!("error={stage} code={}", short_code(e)));
+        eprintln!("epdoctor worker rank {}: {stage} failed: {e:#}", self.rank);
+        FAILED
+    }
+}
+
+/// The CUDA or NCCL result name inside an error chain, for a space-free marker value.
+fn short_code(e: &anyhow::Error) -> String {
+    for c in e.chain() {
+        if let Some(cu) = c.downcast_ref::<CuError>() {
+            return cu.name();
+        }
+        if let Some(n) = c.downcast_ref::<NcclFail>() {
+            return n.name.clone();
+        }
+    }
+    "error".into()
+}
+
+pub fn run(args: &WorkerArgs) -> Result<u8> {
+    let mode = Teardown::parse(&args.teardown)?;
+    let shape = Shape { world: args.world, tokens: args.tokens, hidden: args.hidden, experts: args.experts, topk: args.topk };
+    shape.validate().map_err(anyhow::Error::msg)?;
+    if args.rank >= args.world {
+        bail!("--rank {} is out of range for --world {} (ranks are 0..{})", args.rank, args.world, args.world - 1);
+    }
+    if mode.needs_peer() && args.world < 2 {
+        bail!("--teardown {} needs --world 2 or more (a last rank and at least one other)", mode.name());
+    }
+    if args.iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let timeouts = Timeouts::from_env()?;
+    rendezvous::ensure_dir(&args.rendezvous)?;
+
+    // Which libnccl: --nccl-lib, else what cudarc finds, else the runtime soname. May re-exec.
+    let requested = args.nccl_lib.as_deref().map(libs::requested_lib).transpose()?;
+    let chosen = requested.clone().or_else(|| {
+        // SAFETY: only dlopen/dlclose of candidate names.
+        (!unsafe { cudarc::nccl::sys::is_culib_present() }).then(libs::find_runtime_nccl).flatten()
+    });
+    if let Some(lib) = &chosen {
+        libs::ensure_nccl_lib(lib, &args.rendezvous.join(format!("nccl-lib-r{}", args.rank)))?;
+    }
+    libs::check_present(true)?;
+
+    let out = Out { rank: args.rank };
+    out.phase("init");
+    let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = libs::loaded_nccl_files();
+    if let Some(req) = &requested {
+        let hit = loaded.iter().any(|p| std::fs::canonicalize(p).is_ok_and(|c| &c == req));
+        if !hit || loaded.len() != 1 {
+            bail!(
+                "--nccl-lib {}: the process mapped {:?} instead; another libnccl on the loader path took precedence",
+                req.display(),
+                loaded
+            );
+        }
+    }
+    let lib_shown = loaded.first().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into());
+    out.line(format_args!("nccl_version={} nccl_lib={}", nccl::version_string(nccl_code), lib_shown.replace(' ', "%20")));
+
+    let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_code) {
+        Ok(w) => w,
+        Err(e) => return Ok(out.fail("init", &e)),
+    };
+    out.phase("work");
+    let check_ok = match w.work() {
+        Ok(ok) => ok,
+        Err(e) => return Ok(out.fail("work", &e)),
+    };
+    let code = w.teardown();
+    Ok(if check_ok { code } else { FAILED })
+}
+
+struct Kernels {
+    module: cu::Module,
+    notify: CUfunction,
+    dispatch: CUfunction,
+    combine: CUfunction,
+    barrier: CUfunction,
+}
+
+/// Device buffers this rank allocated itself.
+struct Bufs {
+    x: CUdeviceptr,
+    topk_idx: CUdeviceptr,
+    topk_w: CUdeviceptr,
+    mask: CUdeviceptr,
+    pos: CUdeviceptr,
+    meta: CUdeviceptr,
+    status: CUdeviceptr,
+    out: CUdeviceptr,
+    reduce: CUdeviceptr, // [0] total received rows (all-reduce result), [1] all-reduce input
+    handles_send: CUdeviceptr,
+    handles_recv: CUdeviceptr,
+    peer_data_tab: CUdeviceptr,
+    peer_signal_tab: CUdeviceptr,
+    scratch: Option<CUdeviceptr>,
+    /// Exported over IPC.
+    data: CUdeviceptr,
+    signal: CUdeviceptr,
+}
+
+impl Bufs {
+    fn locals(&self) -> Vec<CUdeviceptr> {
+        let mut v = vec![
+            self.x,
+            self.topk_idx,
+            self.topk_w,
+            self.mask,
+            self.pos,
+            self.meta,
+            self.status,
+            self.out,
+            self.reduce,
+            self.handles_send,
+            self.handles_recv,
+            self.peer_data_tab,
+            self.peer_signal_tab,
+        ];
+        v.extend(self.scratch);
+        v
+    }
+}
+
+#[derive(Default)]
+struct PhaseTimes {
+    n: usize,
+    notify: f64,
+    allreduce: f64,
+    dispatch: f64,
+    barrier: f64,
+    combine: f64,
+    wall: f64,
+}
+
+struct Worker<'a> {
+    out: &'a Out,
+    me: usize,
+    shape: Shape,
+    mode: Teardown,
+    iters: usize,
+    timeouts: Timeouts,
+    rdv: Rendezvous,
+    sms: i32,
+    shared_gpu: bool,
+    stream: CUstream,
+    k: Kernels,
+    comm: nccl::Comm,
+    b: Bufs,
+    peer_data: Vec<CUdeviceptr>,
+    peer_signal: Vec<CUdeviceptr>,
+    data_freed: bool,
+    notify_epoch: u32,
+    barrier_epoch: u32,
+    ev: [CUevent; 6],
+    host_x: Vec<u16>,
+    host_idx: Vec<i32>,
+    host_w: Vec<f32>,
+    layouts: Vec<Layout>,
+    /// The combined output that passed the check (compared again after free-before-close).
+    host_out: Vec<u16>,
+    times: PhaseTimes,
+}
+
+impl<'a> Worker<'a> {
+    fn init(args: &WorkerArgs, shape: Shape, mode: Teardown, timeouts: Timeouts, out: &'a Out, nccl_code: i32) -> Result<Self> {
+        let me = args.rank;
+        let world = shape.world;
+        let rdv = Rendezvous { dir: args.rendezvous.clone(), rank: me, world, timeout: timeouts.rendezvous };
+        rdv.write_pid()?;
+
+        cu::init()?;
+        let count = cu::device_count()?;
+        if count < 1 {
+            bail!("no CUDA device is visible (CUDA_VISIBLE_DEVICES={:?})", std::env::var("CUDA_VISIBLE_DEVICES").ok());
+        }
+        let ordinal = (me % count as usize) as i32;
+        let dev = cu::device(ordinal)?;
+        let (major, minor) = (cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let sms = cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let drv = cu::driver_version()?;
+        let name = cu::device_name(dev)?.replace(' ', "_");
+        let bus = cu::pci_bus_id(dev)?;
+        cu::primary_context(dev)?;
+        out.line(format_args!(
+            "gpu={ordinal} gpus={count} name={name} cc={major}.{minor} sms={sms} bus={bus} cuda_driver={}.{}",
+            drv / 1000,
+            drv % 1000 / 10
+        ));
+        if major < 7 {
+            bail!("GPU {ordinal} has compute capability {major}.{minor}; the kernels need 7.0 or newer");
+        }
+
+        // Several ranks on one GPU: NCCL needs to be told (see docs/workload.md).
+        let shared_gpu = world > count as usize;
+        let per_gpu = world.div_ceil(count as usize);
+        let user_set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+        if !shared_gpu {
+            out.line(format_args!("transport=intranode ranks_per_gpu=1"));
+        } else if nccl_code >= NCCL_MULTI_RANK_GPU {
+            let how = if user_set("NCCL_MULTI_RANK_GPU_ENABLE") {
+                "user".to_string()
+            } else {
+                std::env::set_var("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+                "NCCL_MULTI_RANK_GPU_ENABLE=1".to_string()
+            };
+            out.line(format_args!("transport=intranode-shared-gpu ranks_per_gpu={per_gpu} set_env={how}"));
+            out.note("ranks share a GPU as real local ranks of one node (NCCL >= 2.30.3): P2P transport and proxy connections between them, as on a multi-GPU node");
+        } else {
+            let how = if user_set("NCCL_HOSTID") {
+                "user".to_string()
+            } else {
+                let v = format!("epdoctor-rank{me}");
+                std::env::set_var("NCCL_HOSTID", &v);
+                format!("NCCL_HOSTID={v}")
+            };
+            out.line(format_args!("transport=net-socket ranks_per_gpu={per_gpu} set_env={how}"));
+            out.note("NCCL before 2.30.3 refuses two ranks of one communicator on one GPU (Duplicate GPU detected); with a different NCCL_HOSTID per rank it treats them as separate nodes and talks over NET/Socket: NCCL's transport here is NOT the intranode one (no P2P/SHM, no local proxy connections); the CUDA IPC kernels are unaffected");
+        }
+
+        // Kernels: NVRTC for this device's architecture, cached.
+        let arch = format!("sm_{major}{minor}");
+        let unit = "kernels/intranode.cu";
+        let compiled = kernels::compile(unit, &arch, true)?;
+        let (nv_major, nv_minor) = kernels::nvrtc_version()?;
+        out.line(format_args!("kernels={} arch={arch} nvrtc={nv_major}.{nv_minor} compile_s={:.3}", compiled.origin, compiled.secs));
+        let module = cu::Module::load_ptx(&compiled.ptx)?;
+        let k = Kernels {
+            notify: module.function("ep_notify")?,
+            dispatch: module.function("ep_dispatch")?,
+            combine: module.function("ep_combine")?,
+            barrier: module.function("ep_barrier")?,
+            module,
+        };
+        let stream = cu::stream_create()?;
+
+        // Inputs and the CPU layouts of every rank (needed to check what arrives).
+        let host_x = workload::gen_x(me, &shape);
+        let all_topk: Vec<_> = (0..world).map(|r| workload::gen_topk(r, &shape)).collect();
+        let layouts: Vec<Layout> = all_topk.iter().map(|(i, _)| workload::layout(i, &shape)).collect();
+        let (host_idx, host_w) = all_topk[me].clone();
+
+        let (t, w_, el) = (shape.tokens, world, shape.experts_per_rank());
+        let sig = SignalLayout::new(world, el);
+        let b = Bufs {
+            x: cu::alloc(t * shape.row_bytes())?,
+            topk_idx: cu::alloc(t * shape.topk * 4)?,
+            topk_w: cu::alloc(t * shape.topk * 4)?,
+            mask: cu::alloc(t * 4)?,
+            pos: cu::alloc(t * w_ * 4)?,
+            meta: cu::alloc(workload::meta_len(&shape) * 4)?,
+            status: cu::alloc(4)?,
+            out: cu::alloc(t * shape.row_bytes())?,
+            reduce: cu::alloc(8)?,
+            handles_send: cu::alloc(2 * cu::IPC_HANDLE_BYTES)?,
+            handles_recv: cu::alloc(2 * cu::IPC_HANDLE_BYTES * world)?,
+            peer_data_tab: cu::alloc(8 * world)?,
+            peer_signal_tab: cu::alloc(8 * world)?,
+            scratch: None,
+            data: cu::alloc(shape.data_bytes())?,
+            signal: cu::alloc(sig.words * 4)?,
+        };
+        cu::htod(b.x, &host_x)?;
+        cu::htod(b.topk_idx, &host_idx)?;
+        cu::htod(b.topk_w, &host_w)?;
+        cu::memset(b.status, 0, 4)?;
+        cu::memset(b.reduce, 0, 8)?;
+        // Zeroed before any peer can see the handles: flags start below every epoch.
+        cu::memset(b.signal, 0, sig.words * 4)?;
+        cu::memset(b.data, 0, shape.data_bytes())?;
+        let data_h = cu::ipc_get(b.data)?;
+        let signal_h = cu::ipc_get(b.signal)?;
+
+        // NCCL: rank 0 publishes the unique id; everyone joins.
+        let id = if me == 0 {
+            if rdv.path(rendezvous::NCCL_ID_FILE).exists() {
+                bail!("{} already holds an NCCL id from an earlier run: give every run a fresh --rendezvous folder", rdv.dir.display());
+            }
+            let id = nccl::unique_id()?;
+            rdv.write(rendezvous::NCCL_ID_FILE, &id)?;
+            id.to_vec()
+        } else {
+            let id = rdv.wait_read(rendezvous::NCCL_ID_FILE, "rank 0's NCCL unique id")?;
+            if id.len() != nccl::UNIQUE_ID_BYTES {
+                bail!("{}: {} bytes, expected {}", rdv.path(rendezvous::NCCL_ID_FILE).display(), id.len(), nccl::UNIQUE_ID_BYTES);
+            }
+            id
+        };
+        let t0 = Instant::now();
+        let comm = nccl::init_rank(world, &id, me)?;
+        out.line(format_args!("step=nccl-init result=ok dt={:.6}", t0.elapsed().as_secs_f64()));
+
+        // IPC handles travel over the communicator itself.
+        let mut mine = [0u8; 2 * cu::IPC_HANDLE_BYTES];
+        mine[..cu::IPC_HANDLE_BYTES].copy_from_slice(&data_h);
+        mine[cu::IPC_HANDLE_BYTES..].copy_from_slice(&signal_h);
+        cu::htod(b.handles_send, &mine)?;
+        comm.all_gather_bytes(b.handles_send, b.handles_recv, mine.len(), stream)?;
+        cu::stream_sync(stream)?;
+        let mut all = vec![0u8; mine.len() * world];
+        cu::dtoh(&mut all, b.handles_recv)?;
+        let mut peer_data = vec![0; world];
+        let mut peer_signal = vec![0; world];
+        let t0 = Instant::now();
+        for r in 0..world {
+            let h = &all[r * mine.len()..(r + 1) * mine.len()];
+            if r == me {
+                if h != mine {
+                    bail!("the all-gathered IPC handles do not hold this rank's own handles at index {me}");
+                }
+                peer_data[r] = b.data;
+                peer_signal[r] = b.signal;
+            } else {
+                peer_data[r] = cu::ipc_open(&h[..cu::IPC_HANDLE_BYTES]).with_context(|| format!("opening rank {r}'s data buffer"))?;
+                peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..]).with_context(|| format!("opening rank {r}'s signal buffer"))?;
+            }
+        }
+        out.line(format_args!("step=ipc-open result=ok peers={} dt={:.6}", world - 1, t0.elapsed().as_secs_f64()));
+        cu::htod(b.peer_data_tab, &peer_data)?;
+        cu::htod(b.peer_signal_tab, &peer_signal)?;
+
+        let ev = [cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?];
+        Ok(Worker {
+            out,
+            me,
+            shape,
+            mode,
+            iters: args.iters,
+            timeouts,
+            rdv,
+            sms,
+            shared_gpu,
+            stream,
+            k,
+            comm,
+            b,
+            peer_data,
+            peer_signal,
+            data_freed: false,
+            notify_epoch: 0,
+            barrier_epoch: 0,
+            ev,
+            host_x,
+            host_idx,
+            host_w,
+            layouts,
+            host_out: Vec::new(),
+            times: PhaseTimes::default(),
+        })
+    }
+
+    fn timeout_ns(&self) -> u64 {
+        self.timeouts.barrier.as_nanos() as u64
+    }
+
+    fn warp_grid(&self) -> u32 {
+        // One warp per token, 8 warps per block, enough blocks to fill every SM several times.
+        (self.shape.tokens.div_ceil(8) as u32).clamp(1, (self.sms as u32) * 16)
+    }
+
+    fn launch_notify(&mut self) -> Result<()> {
+        self.notify_epoch += 1;
+        let s = &self.shape;
+        let smem = ((s.experts + s.world) * 4) as u32;
+        let a = cu::Args::new()
+            .ptr(self.b.topk_idx)
+            .i32(s.tokens as i32)
+            .i32(s.topk as i32)
+            .i32(s.world as i32)
+            .i32(s.experts_per_rank() as i32)
+            .i32(self.me as i32)
+            .ptr(self.b.peer_signal_tab)
+            .ptr(self.b.mask)
+            .ptr(self.b.pos)
+            .ptr(self.b.meta)
+            .u32(self.notify_epoch)
+            .u64(self.timeout_ns())
+            .ptr(self.b.status);
+        cu::launch(self.k.notify, 1, 1024, smem, self.stream, a)?;
+        Ok(())
+    }
+
+    fn launch_dispatch(&self) -> Result<()> {
+        let s = &self.shape;
+        let a = cu::Args::new()
+            .ptr(self.b.x)
+            .ptr(self.b.pos)
+            .ptr(self.b.meta)
+            .i32(s.tokens as i32)
+            .i32(s.hidden as i32)
+            .i32(s.world as i32)
+            .ptr(self.b.peer_data_tab)
+            .u64(s.src_offset_bytes() as u64);
+        cu::launch(self.k.dispatch, self.warp_grid(), 256, 0, self.stream, a)?;
+        Ok(())
+    }
+
+    fn launch_combine(&self) -> Result<()> {
+        let s = &self.shape;
+        let a = cu::Args::new()
+            .ptr(self.b.topk_idx)
+            .ptr(self.b.topk_w)
+            .ptr(self.b.pos)
+            .ptr(self.b.meta)
+            .i32(s.tokens as i32)
+            .i32(s.hidden as i32)
+            .i32(s.topk as i32)
+            .i32(s.world as i32)
+            .i32(s.experts_per_rank() as i32)
+            .ptr(self.b.peer_data_tab)
+            .ptr(self.b.out);
+        cu::launch(self.k.combine, self.warp_grid(), 256, 0, self.stream, a)?;
+        Ok(())
+    }
+
+    fn launch_barrier(&mut self) -> Result<()> {
+        self.barrier_epoch += 1;
+        let s = &self.shape;
+        let a = cu::Args::new()
+            .ptr(self.b.peer_signal_tab)
+            .i32(s.world as i32)
+            .i32(s.experts_per_rank() as i32)
+            .i32(self.me as i32)
+            .u32(self.barrier_epoch)
+            .u64(self.timeout_ns())
+            .ptr(self.b.status);
+        cu::launch(self.k.barrier, 1, 32, 0, self.stream, a)?;
+        Ok(())
+    }
+
+    fn read_status(&self) -> Result<u32> {
+        let mut st = [0u32];
+        cu::dtoh(&mut st, self.b.status)?;
+        Ok(st[0])
+    }
+
+    fn status_error(&self, st: u32) -> Option<String> {
+        let secs = self.timeouts.barrier.as_secs_f64();
+        if st & 1 != 0 {
+            Some(format!("the notify wait timed out after {secs} s: a peer never published its counts"))
+        } else if st & 2 != 0 {
+            Some(format!("the IPC barrier timed out after {secs} s: a peer never arrived"))
+        } else {
+            None
+        }
+    }
+
+    /// notify, all-reduce of the received-row count, dispatch, barrier, combine.
+    fn iteration(&mut self, last: bool) -> Result<()> {
+        let s = self.shape;
+        if last {
+            // Stale results of earlier iterations must not pass the check.
+            cu::memset_async(self.b.data, 0xff, s.data_bytes(), self.stream)?;
+            cu::memset_async(self.b.out, 0xff, s.tokens * s.row_bytes(), self.stream)?;
+        }
+        let wall = Instant::now();
+        let ev = self.ev;
+        cu::event_record(ev[0], self.stream)?;
+        self.launch_notify()?;
+        cu::event_record(ev[1], self.stream)?;
+        let recv_total = self.b.meta + (2 * s.world * 4) as u64;
+        self.comm.all_reduce_sum_i32(recv_total, self.b.reduce, 1, self.stream)?;
+        cu::event_record(ev[2], self.stream)?;
+        self.launch_dispatch()?;
+        cu::event_record(ev[3], self.stream)?;
+        self.launch_barrier()?;
+        cu::event_record(ev[4], self.stream)?;
+        self.launch_combine()?;
+        cu::event_record(ev[5], self.stream)?;
+        cu::stream_sync(self.stream)?;
+        if let Some(e) = self.status_error(self.read_status()?) {
+            bail!(e);
+        }
+        let ms = |a: usize, b: usize| cu::event_ms(ev[a], ev[b]).map(|v| v as f64);
+        let t = &mut self.times;
+        t.n += 1;
+        t.notify += ms(0, 1)?;
+        t.allreduce += ms(1, 2)?;
+        t.dispatch += ms(2, 3)?;
+        t.barrier += ms(3, 4)?;
+        t.combine += ms(4, 5)?;
+        t.wall += wall.elapsed().as_secs_f64() * 1e3;
+        Ok(())
+    }
+
+    /// Average milliseconds of `reps` back-to-back runs of `f` on the stream, after one warm-up.
+    fn time_ms(&mut self, reps: usize, f: &dyn Fn(&Self) -> Result<()>) -> Result<f64> {
+        f(self)?;
+        cu::event_record(self.ev[0], self.stream)?;
+        for _ in 0..reps {
+            f(self)?;
+        }
+        cu::event_record(self.ev[1], self.stream)?;
+        cu::stream_sync(self.stream)?;
+        Ok(cu::event_ms(self.ev[0], self.ev[1])? as f64 / reps as f64)
+    }
+
+    /// Dispatch and combine against a device-to-device copy of the same bytes, on the same GPU.
+    /// Ranks that share a GPU take turns (the GPU time-slices between processes, so concurrent
+    /// timings would mostly measure the sharing); ranks with a GPU each run together.
+    fn bandwidth(&mut self) -> Result<()> {
+        let rows: usize = self.layouts[self.me].counts.iter().sum();
+        let bytes = rows * self.shape.row_bytes();
+        let scratch = cu::alloc(bytes)?;
+        self.b.scratch = Some(scratch);
+        let world = self.shape.world;
+        let turns: Vec<Option<usize>> = if self.shared_gpu { (0..world).map(Some).collect() } else { vec![None] };
+        let reps = 5;
+        let mut res = None;
+        for (i, turn) in turns.iter().enumerate() {
+            self.rdv.barrier(&format!("bw{i}"))?;
+            if turn.is_none_or(|t| t == self.me) {
+                let src = self.b.data;
+                let copy = self.time_ms(reps, &|w: &Self| Ok(cu::dtod_async(scratch, src, bytes, w.stream)?))?;
+                let disp = self.time_ms(reps, &|w: &Self| w.launch_dispatch())?;
+                let comb = self.time_ms(reps, &|w: &Self| w.launch_combine())?;
+                res = Some((copy, disp, comb));
+            }
+        }
+        self.rdv.barrier("bw-end")?;
+        let (copy, disp, comb) = res.context("no bandwidth turn ran on this rank")?;
+        let gbps = |ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
+        self.out.line(format_args!(
+            "bw_mode={} bytes={bytes} rows={rows} copy_gbps={:.1} dispatch_gbps={:.1} combine_gbps={:.1} dispatch_vs_copy={:.2} combine_vs_copy={:.2} copy_us={:.1} dispatch_us={:.1} combine_us={:.1}",
+            if self.shared_gpu { "solo" } else { "concurrent" },
+            gbps(copy),
+            gbps(disp),
+            gbps(comb),
+            copy / disp,
+            copy / comb,
+            copy * 1e3,
+            disp * 1e3,
+            comb * 1e3
+        ));
+        Ok(())
+    }
+
+    /// The K iterations, the bandwidth pass and the check. Ok(false) when the check failed.
+    fn work(&mut self) -> Result<bool> {
+        for _ in 1..self.iters {
+            self.iteration(false)?;
+        }
+        if self.iters >= 2 {
+            self.bandwidth()?;
+        } else {
+            self.out.line("bw_mode=skipped reason=iters<2");
+        }
+        self.iteration(true)?;
+        let t = &self.times;
+        let n = t.n.max(1) as f64;
+        self.out.line(format_args!(
+            "iters={} iter_ms={:.3} notify_us={:.1} allreduce_us={:.1} dispatch_us={:.1} barrier_us={:.1} combine_us={:.1}",
+            t.n,
+            t.wall / n,
+            t.notify / n * 1e3,
+            t.allreduce / n * 1e3,
+            t.dispatch / n * 1e3,
+            t.barrier / n * 1e3,
+            t.combine / n * 1e3
+        ));
+        self.check()
+    }
+
+    fn check(&mut self) -> Result<bool> {
+        let s = self.shape;
+        let mut meta = vec![0i32; workload::meta_len(&s)];
+        cu::dtoh(&mut meta, self.b.meta)?;
+        let recv_total = meta[2 * s.world];
+        if recv_total < 0 || recv_total as usize > s.max_recv() {
+            self.out.line(format_args!("check=fail reason=recv_total={recv_total}"));
+            return Ok(false);
+        }
+        let n = recv_total as usize;
+        let mut recv_x = vec![0u16; n * s.hidden];
+        cu::dtoh(&mut recv_x, self.b.data)?;
+        let mut recv_src = vec![0i32; n];
+        cu::dtoh(&mut recv_src, self.b.data + s.src_offset_bytes() as u64)?;
+        let mut outv = vec![0u16; s.tokens * s.hidden];
+        cu::dtoh(&mut outv, self.b.out)?;
+        let mut red = [0i32; 1];
+        cu::dtoh(&mut red, self.b.reduce)?;
+        let obs = workload::Observed { meta: &meta, recv_x: &recv_x, recv_src: &recv_src, out: &outv };
+        let rep = workload::check(self.me, &s, &self.layouts, &self.host_x, &self.host_idx, &self.host_w, &obs);
+        let all_rows: usize = self.layouts.iter().map(|l| l.counts.iter().sum::<usize>()).sum();
+        let reduce_ok = red[0] as i64 == all_rows as i64;
+        self.host_out = outv;
+        if rep.ok && reduce_ok {
+            self.out.line(format_args!(
+                "check=ok recv_rows={n} rows_checked={} max_abs_err={:.6} allreduce_rows={}",
+                rep.rows_checked, rep.max_abs_err, red[0]
+            ));
+            Ok(true)
+        } else {
+            let why = rep.failure.clone().unwrap_or_else(|| format!("the all-reduce gave {} rows, expected {all_rows}", red[0]));
+            self.out.line(format_args!("check=fail rows_checked={} max_abs_err={:.6}", rep.rows_checked, rep.max_abs_err));
+            self.out.note(&format!("check failed: {why}"));
+            Ok(false)
+        }
+    }
+
+    // ---- teardown ----
+
+    /// Run one step and print `step=<name> result=<ok|code> dt=<s>`; true when it succeeded.
+    fn step(&self, name: &str, f: impl FnOnce() -> std::result::Result<String, String>) -> bool {
+        let t0 = Instant::now();
+        let r = f();
+        self.report(name, t0, r)
+    }
+
+    fn report(&self, name: &str, t0: Instant, r: std::result::Result<String, String>) -> bool {
+        let dt = t0.elapsed().as_secs_f64();
+        match &r {
+            Ok(extra) if extra.is_empty() => self.out.line(format_args!("step={name} result=ok dt={dt:.6}")),
+            Ok(extra) => self.out.line(format_args!("step={name} result=ok dt={dt:.6} {extra}")),
+            Err(code) => self.out.line(format_args!("step={name} result={code} dt={dt:.6}")),
+        }
+        r.is_ok()
+    }
+
+    fn step_barrier(&mut self) -> bool {
+        let t0 = Instant::now();
+        let r = self.barrier_once();
+        self.report("ipc-barrier", t0, r)
+    }
+
+    fn barrier_once(&mut self) -> std::result::Result<String, String> {
+        cu::memset(self.b.status, 0, 4).map_err(|e| e.name())?;
+        self.launch_barrier().map_err(|e| short_code(&e))?;
+        cu::stream_sync(self.stream).map_err(|e| e.name())?;
+        let st = self.read_status().map_err(|e| short_code(&e))?;
+        if st & 2 != 0 {
+            Err("timeout".into())
+        } else {
+            Ok(String::new())
+        }
+    }
+
+    fn step_close(&self) -> bool {
+        self.step("ipc-close", || {
+            let mut first_err = None;
+            let mut n = 0;
+            for r in (0..self.shape.world).filter(|&r| r != self.me) {
+                for p in [self.peer_data[r], self.peer_signal[r]] {
+                    match cu::ipc_close(p) {
+                        Ok(()) => n += 1,
+                        Err(e) => {
+                            first_err.get_or_insert(e.name());
+                        }
+                    }
+                }
+            }
+            first_err.map_or(Ok(format!("closed={n}")), Err)
+        })
+    }
+
+    fn step_free(&mut self) -> bool {
+        let mut bufs = self.b.locals();
+        bufs.push(self.b.signal);
+        if !self.data_freed {
+            bufs.push(self.b.data);
+        }
+        self.data_freed = true;
+        self.step("free", || {
+            let mut first_err = None;
+            for p in &bufs {
+                if let Err(e) = cu::free(*p) {
+                    first_err.get_or_insert(e.name());
+                }
+            }
+            if let Err(e) = self.k.module.unload() {
+                first_err.get_or_insert(e.name());
+            }
+            first_err.map_or(Ok(format!("buffers={}", bufs.len())), Err)
+        })
+    }
+
+    /// Finalize then destroy; if finalize fails the communicator is aborted instead.
+    fn step_finalize_destroy(&self) -> bool {
+        if self.step("nccl-finalize", || self.comm.finalize().map(|_| String::new()).map_err(|e| e.name)) {
+            self.step("nccl-destroy", || self.comm.destroy().map(|_| String::new()).map_err(|e| e.name))
+        } else {
+            self.step_abort();
+            false
+        }
+    }
+
+    fn step_abort(&self) -> bool {
+        self.step("nccl-abort", || self.comm.abort().map(|_| String::new()).map_err(|e| e.name))
+    }
+
+    fn clean_sequence(&mut self, barrier: bool) -> bool {
+        let mut ok = true;
+        if barrier {
+            ok &= self.step_barrier();
+        }
+        ok &= self.step_close();
+        ok &= self.step_free();
+        ok &= self.step_finalize_destroy();
+        ok
+    }
+
+    fn kill_self(&self, why: &str) -> ! {
+        self.out.line(format_args!("action={why} signal=SIGKILL t={:.6}", unix_now()));
+        let _ = std::io::stderr().flush();
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        // SIGKILL cannot be caught; this is only reached if raise itself failed.
+        std::process::abort()
+    }
+
+    /// Survivor of kill-inflight: start an all-reduce the last rank never joins, wait for NCCL to
+    /// notice (or the deadline), then abort.
+    fn inflight_collective(&self) -> bool {
+        self.step("inflight-allreduce", || {
+            let send = self.b.reduce + 4;
+            self.comm.all_reduce_sum_i32(send, send, 1, self.stream).map_err(|e| e.name)?;
+            self.rdv.write(&format!("inflight-{}", self.me), b"").map_err(|_| "rendezvous-write-failed".to_string())?;
+            let t0 = Instant::now();
+            loop {
+                match cu::stream_query(self.stream) {
+                    Ok(true) => return Ok("completed=yes".into()),
+                    Ok(false) => {}
+                    Err(e) => return Err(e.name()),
+                }
+                match self.comm.async_error() {
+                    Ok(None) => {}
+                    Ok(Some(name)) => return Err(name),
+                    Err(e) => return Err(e.name),
+                }
+                if t0.elapsed() > self.timeouts.inflight {
+                    return Err("no-error-before-deadline".into());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    }
+
+    /// Survivor of free-before-close: combine once more, reading the freed buffer through the
+    /// still-open mapping, and compare with the checked result.
+    fn read_after_free(&self) -> bool {
+        self.step("read-after-free", || {
+            self.rdv.wait_read("freed", "the last rank's 'freed' marker").map_err(|_| "no-freed-marker".to_string())?;
+            self.launch_combine().map_err(|e| short_code(&e))?;
+            cu::stream_sync(self.stream).map_err(|e| e.name())?;
+            let mut outv = vec![0u16; self.host_out.len()];
+            cu::dtoh(&mut outv, self.b.out).map_err(|e| e.name())?;
+            let differs = outv.iter().zip(&self.host_out).filter(|(a, b)| a != b).count();
+            if differs == 0 {
+                Ok("data=unchanged".into())
+            } else {
+                Err(format!("data-changed:{differs}-values"))
+            }
+        })
+    }
+
+    fn teardown(&mut self) -> u8 {
+        let out = self.out;
+        let t0 = Instant::now();
+        out.phase("teardown-start");
+        out.line(format_args!("teardown={}", self.mode.name()));
+        let last = self.me + 1 == self.shape.world;
+        let ok = match self.mode {
+            Teardown::Clean => self.clean_sequence(true),
+            Teardown::NoBarrier => self.clean_sequence(false),
+            Teardown::Abort => {
+                let mut ok = self.step_barrier();
+                ok &= self.step_close();
+                ok &= self.step_free();
+                ok & self.step_abort()
+            }
+            Teardown::Leak => {
+                let ok = self.step_barrier();
+                out.line("action=exit-with-communicator-and-mappings-open");
+                ok
+            }
+            Teardown::EarlyExit if last => {
+                out.line("action=exit-before-barrier");
+                true
+            }
+            Teardown::KillPeer if last => self.kill_self("kill-self-after-work"),
+            Teardown::KillInflight if last => {
+                let others: Vec<_> = (0..self.me).collect();
+                for r in others {
+                    if let Err(e) = self.rdv.wait_read(&format!("inflight-{r}"), &format!("rank {r} to start its all-reduce")) {
+                        eprintln!("epdoctor worker rank {}: {e:#}", self.me);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                self.kill_self("kill-self-during-peers-allreduce")
+            }
+            Teardown::FreeBeforeClose if last => {
+                let data = self.b.data;
+                let mut ok = self.step("free-exported-buffer", || cu::free(data).map(|_| String::new()).map_err(|e| e.name()));
+                self.data_freed = true;
+                if self.rdv.write("freed", b"").is_err() {
+                    ok = false;
+                }
+                ok & self.clean_sequence(true)
+            }
+            Teardown::EarlyExit => self.clean_sequence(true),
+            Teardown::KillPeer => {
+                let last_rank = self.shape.world - 1;
+                let gone = self.step("wait-peer-exit", || {
+                    let pid = self.rdv.pid_of(last_rank).map_err(|_| "no-pid-file".to_string())?;
+                    self.rdv.wait_exited(pid).map(|_| format!("peer={last_rank} pid={pid}")).map_err(|_| "still-running".to_string())
+                });
+                gone & self.clean_sequence(true)
+            }
+            Teardown::KillInflight => {
+                let mut ok = self.inflight_collective();
+                ok &= self.step_abort();
+                ok &= self.step_close();
+                ok & self.step_free()
+            }
+            Teardown::FreeBeforeClose => {
+                let ok = self.read_after_free();
+                ok & self.clean_sequence(true)
+            }
+        };
+        out.line(format_args!(
+            "teardown={} teardown_s={:.6} result={}",
+            self.mode.name(),
+            t0.elapsed().as_secs_f64(),
+            if ok { "ok" } else { "failed" }
+        ));
+        out.phase("teardown-end");
+        if ok {
+            crate::exit::OK
+        } else {
+            FAILED
+        }
+    }
+}
+
+/// `epdoctor kernels`: compile every kernel with NVRTC and list the entry points.
+pub fn kernels_command(args: &KernelsArgs) -> Result<u8> {
+    kernels::check_arch(&args.arch)?;
+    let units = kernels::units();
+    if let Some(dir) = &args.out {
+        for (u, _) in &units {
+            let f = ptx_path(dir, u, &args.arch);
+            if f.exists() {
+                bail!("{} already exists; not overwriting it (choose another --out)", f.display());
+            }
+        }
+    }
+    if !kernels::nvrtc_present() {
+        bail!(kernels::nvrtc_missing_message());
+    }
+    let (major, minor) = kernels::nvrtc_version()?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "NVRTC {major}.{minor}, target {}", args.arch)?;
+    for (u, _) in &units {
+        let c = kernels::compile(u, &args.arch, false)?;
+        if c.entries.is_empty() {
+            bail!("{u}: NVRTC produced PTX without any entry point");
+        }
+        writeln!(stdout, "{u}: {} entry points, {:.1} KiB of PTX, {:.2} s", c.entries.len(), c.ptx.len() as f64 / 1024.0, c.secs)?;
+        for e in &c.entries {
+            writeln!(stdout, "  {e}")?;
+        }
+        if let Some(dir) = &args.out {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let f = ptx_path(dir, u, &args.arch);
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&f).with_context(|| format!("creating {}", f.display()))?;
+            file.write_all(c.ptx.as_bytes())?;
+            writeln!(stdout, "  wrote {}", f.display())?;
+        }
+    }
+    stdout.flush()?;
+    Ok(crate::exit::OK)
+}
+
+fn ptx_path(dir: &Path, unit: &str, arch: &str) -> std::path::PathBuf {
+    let stem = Path::new(unit).file_stem().and_then(|s| s.to_str()).unwrap_or("kernel");
+    dir.join(format!("{stem}.{arch}.ptx"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_and_unknown_lists_all() {
+        for m in Teardown::ALL {
+            assert_eq!(Teardown::parse(m.name()).unwrap(), m);
+            assert!(!m.describe().is_empty());
+        }
+        let e = Teardown::parse("nuke").unwrap_err().to_string();
+        assert!(e.contains("clean") && e.contains("free-before-close") && e.contains("nuke"), "{e}");
+    }
 }
