@@ -61,7 +61,8 @@ fn fake_site(root: &Path) -> PathBuf {
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn check<'a>(v: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value> {
@@ -146,7 +147,10 @@ fn small_proc_and_etc_fixtures() {
     assert_eq!(avail, Some(2050000000 * 1024));
     let cap = procs::parse_cap_eff(&fixture_text("status_no_ptrace.txt")).unwrap();
     assert_eq!(cap & (1 << procs::CAP_SYS_PTRACE), 0);
-    assert_eq!(procs::parse_nvidia_driver_version(&fixture_text("nvidia_version_open.txt")).as_deref(), Some("580.95.05"));
+    assert_eq!(
+        procs::parse_nvidia_driver_version(&fixture_text("nvidia_version_open.txt")).as_deref(),
+        Some("580.95.05")
+    );
     assert_eq!(procs::parse_os_release(&fixture_text("os-release.txt")).as_deref(), Some("Ubuntu 24.04.1 LTS"));
     let cache = libs::parse_ldconfig(&fixture_text("ldconfig_p.txt"));
     let nccl: Vec<_> = cache.iter().filter(|(n, _)| libs::is_nccl_name(n)).collect();
@@ -184,7 +188,7 @@ fn process_scan_on_a_fake_proc_tree() {
         ),
     )
     .unwrap();
-    let scan = procs::ProcScan::scan(&proc_, &[shm.clone()]);
+    let scan = procs::ProcScan::scan(&proc_, std::slice::from_ref(&shm));
     assert!(scan.alive(4242));
     let holder = procs::Holder { pid: 4242, comm: "python3".into() };
     assert_eq!(scan.holders_of(&opened).into_iter().collect::<Vec<_>>(), vec![holder.clone()]);
@@ -213,7 +217,16 @@ fn env_text_runs_without_gpu_and_says_so() {
     let out = epdoctor(d.path(), d.path()).args(["env", "--python-timeout", "5"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    for part in ["host:", "gpu:", "libnccl", "NVSHMEM host library", "variables", "leftovers", "checklist", "[warn] NCCL_DEBUG is not set"] {
+    for part in [
+        "host:",
+        "gpu:",
+        "libnccl",
+        "NVSHMEM host library",
+        "variables",
+        "leftovers",
+        "checklist",
+        "[warn] NCCL_DEBUG is not set",
+    ] {
         assert!(text.contains(part), "missing {part:?} in:\n{text}");
     }
     // SAFETY: only tries to dlopen libcuda.
@@ -237,16 +250,15 @@ fn env_json_lists_libraries_torch_and_nvshmem() {
     std::os::unix::fs::symlink("libnccl.so.2.22.3", llp.join("libnccl.so.2")).unwrap();
     std::os::unix::fs::symlink("libnccl.so.2", llp.join("libnccl.so")).unwrap();
     std::fs::write(llp.join("libnccl-net.so"), b"plugin, not NCCL").unwrap();
-    let out = epdoctor(d.path(), &bin)
-        .env("LD_LIBRARY_PATH", &llp)
-        .args(["env", "--format", "json"])
-        .output()
-        .unwrap();
+    let out = epdoctor(d.path(), &bin).env("LD_LIBRARY_PATH", &llp).args(["env", "--format", "json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = json(&out);
     assert_eq!(v["schema_version"], 1);
     let nccl = v["libraries"]["nccl"].as_array().unwrap();
-    let ours22 = nccl.iter().find(|l| l["real_path"].as_str().unwrap().ends_with("llp/libnccl.so.2.22.3")).expect("the LD_LIBRARY_PATH copy");
+    let ours22 = nccl
+        .iter()
+        .find(|l| l["real_path"].as_str().unwrap().ends_with("llp/libnccl.so.2.22.3"))
+        .expect("the LD_LIBRARY_PATH copy");
     assert_eq!(ours22["version"], "2.22.3");
     assert_eq!(ours22["cuda"], "12.5");
     assert_eq!(ours22["loader_default"], true, "first on LD_LIBRARY_PATH");
@@ -263,11 +275,15 @@ fn env_json_lists_libraries_torch_and_nvshmem() {
     assert_eq!(v["python"]["torch"], "2.11.0+cu130");
     assert_eq!(v["python"]["torch_nccl"], "2.28.9");
     // The checklist: one line per NCCL version (two libraries + torch's), torch >= 2.6 is the clean path.
-    let versions: Vec<String> = check(&v, "nccl-version").iter().map(|c| c["title"].as_str().unwrap().to_string()).collect();
+    let versions: Vec<String> =
+        check(&v, "nccl-version").iter().map(|c| c["title"].as_str().unwrap().to_string()).collect();
     assert!(versions.iter().any(|t| t.starts_with("NCCL 2.22.3")), "{versions:?}");
     assert!(versions.iter().any(|t| t.starts_with("NCCL 2.32.3")), "{versions:?}");
     assert!(versions.iter().any(|t| t.starts_with("NCCL 2.28.9 (torch")), "{versions:?}");
-    let old = check(&v, "nccl-version").into_iter().find(|c| c["title"].as_str().unwrap().starts_with("NCCL 2.22.3")).unwrap();
+    let old = check(&v, "nccl-version")
+        .into_iter()
+        .find(|c| c["title"].as_str().unwrap().starts_with("NCCL 2.22.3"))
+        .unwrap();
     assert_eq!(old["status"], "warn");
     assert_eq!(check(&v, "torch-teardown")[0]["status"], "ok");
     assert_eq!(check(&v, "nccl-libraries")[0]["status"], "warn", "two different versions");
@@ -283,7 +299,8 @@ fn env_python_timeout_is_bounded() {
     let d = tempfile::tempdir().unwrap();
     write_exe(&d.path().join("python3"), "#!/bin/sh\nexec sleep 30\n");
     let start = Instant::now();
-    let out = epdoctor(d.path(), d.path()).args(["env", "--format", "json", "--python-timeout", "0.5"]).output().unwrap();
+    let out =
+        epdoctor(d.path(), d.path()).args(["env", "--format", "json", "--python-timeout", "0.5"]).output().unwrap();
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
     assert_eq!(out.status.code(), Some(0));
     let v = json(&out);
@@ -327,7 +344,11 @@ fn env_checks_follow_variables_and_config_files() {
     let vars = v["variables"].as_array().unwrap();
     assert!(vars.iter().any(|x| x["name"] == "TORCH_NCCL_ASYNC_ERROR_HANDLING" && x["value"] == "1"));
     assert!(vars.iter().any(|x| x["name"] == "NCCL_IB_TOKEN" && x["masked"] == true));
-    assert!(v["config_files"].as_array().unwrap().iter().any(|f| f["role"] == "NCCL_CONF_FILE" && f["present"] == true));
+    assert!(v["config_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["role"] == "NCCL_CONF_FILE" && f["present"] == true));
 }
 
 fn hostname() -> Option<String> {
@@ -351,7 +372,10 @@ fn env_markdown_is_redacted_unless_asked() {
     if let Some(h) = hostname() {
         assert!(!has_word(&md, &h), "hostname {h} leaked:\n{md}");
         assert!(md.contains("host-1"), "{md}");
-        let raw = epdoctor(d.path(), d.path()).args(["env", "--format", "md", "--no-redact", "--python-timeout", "5"]).output().unwrap();
+        let raw = epdoctor(d.path(), d.path())
+            .args(["env", "--format", "md", "--no-redact", "--python-timeout", "5"])
+            .output()
+            .unwrap();
         assert!(has_word(&String::from_utf8_lossy(&raw.stdout), &h));
     }
 }
@@ -419,7 +443,16 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
         use std::os::fd::AsRawFd;
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&mapped).unwrap();
         // SAFETY: a fresh shared mapping of a 4 KiB file we own; unmapped below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
         assert_ne!(p, libc::MAP_FAILED);
         p
     };
@@ -466,7 +499,14 @@ fn report_to_a_new_file_and_never_over_one() {
         .assert()
         .code(0);
     let md = std::fs::read_to_string(&out).unwrap();
-    for part in ["# epdoctor report", "logs: verdict **benign**", "## Logs", "epdoctor explain", "## Environment", "### Checklist"] {
+    for part in [
+        "# epdoctor report",
+        "logs: verdict **benign**",
+        "## Logs",
+        "epdoctor explain",
+        "## Environment",
+        "### Checklist",
+    ] {
         assert!(md.contains(part), "missing {part:?}:\n{md}");
     }
     // The log's own host (0bc8f5b83646 in DeepEP #41) and this machine's are redacted.
@@ -492,7 +532,8 @@ fn report_with_a_repro_folder() {
     std::fs::create_dir(&run).unwrap();
     std::fs::write(run.join("report.md"), "# epdoctor repro\n\n| cell | verdict |\n| --- | --- |\n| 1 | benign |\n\n## Effect of each axis\n\n- teardown=abort: adds nccl-abort-pair\n").unwrap();
     std::fs::write(run.join("cells.json"), r#"{"schema_version":1,"status":"interrupted","cells":[]}"#).unwrap();
-    let out = epdoctor(d.path(), d.path()).args(["report", "--python-timeout", "5", "--repro"]).arg(&run).output().unwrap();
+    let out =
+        epdoctor(d.path(), d.path()).args(["report", "--python-timeout", "5", "--repro"]).arg(&run).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let md = String::from_utf8(out.stdout).unwrap();
     assert!(md.contains("## Reproduction"), "{md}");

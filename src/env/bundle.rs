@@ -68,7 +68,10 @@ pub fn read_repro(dir: &Path) -> anyhow::Result<Repro> {
     }
     let md_path = dir.join("report.md");
     let markdown = std::fs::read_to_string(&md_path).map_err(|e| {
-        anyhow::anyhow!("--repro {}: cannot read report.md ({e}); is it a folder written by `epdoctor repro`?", dir.display())
+        anyhow::anyhow!(
+            "--repro {}: cannot read report.md ({e}); is it a folder written by `epdoctor repro`?",
+            dir.display()
+        )
     })?;
     let status = std::fs::read_to_string(dir.join("cells.json"))
         .ok()

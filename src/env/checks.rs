@@ -35,7 +35,13 @@ pub struct Check {
 }
 
 fn check(id: &str, status: Status, title: impl Into<String>, detail: impl Into<String>, refs: &[&str]) -> Check {
-    Check { id: id.into(), status, title: title.into(), detail: detail.into(), refs: refs.iter().map(|s| s.to_string()).collect() }
+    Check {
+        id: id.into(),
+        status,
+        title: title.into(),
+        detail: detail.into(),
+        refs: refs.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 /// "2.28.3" or "2.11.0+cu130" -> (2, 28, 3) / (2, 11, 0).
@@ -92,14 +98,33 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
 
     // GPUs and P2P.
     match r.gpu.status.as_str() {
-        "ok" if r.gpu.devices.is_empty() => out.push(check("gpu", Status::Warn, "driver present, no GPU visible", "check CUDA_VISIBLE_DEVICES and the container's --gpus", &[])),
+        "ok" if r.gpu.devices.is_empty() => out.push(check(
+            "gpu",
+            Status::Warn,
+            "driver present, no GPU visible",
+            "check CUDA_VISIBLE_DEVICES and the container's --gpus",
+            &[],
+        )),
         "ok" => {
-            let names: Vec<String> = r.gpu.devices.iter().map(|g| format!("{} (sm {})", g.name, g.compute_capability)).collect();
+            let names: Vec<String> =
+                r.gpu.devices.iter().map(|g| format!("{} (sm {})", g.name, g.compute_capability)).collect();
             out.push(check("gpu", Status::Ok, format!("{} GPU(s)", r.gpu.devices.len()), names.join(", "), &[]));
         }
-        "no GPU driver" => out.push(check("gpu", Status::Info, "no GPU driver", "libcuda could not be loaded: GPU checks are skipped; explain, rules and clean still work", &[])),
+        "no GPU driver" => out.push(check(
+            "gpu",
+            Status::Info,
+            "no GPU driver",
+            "libcuda could not be loaded: GPU checks are skipped; explain, rules and clean still work",
+            &[],
+        )),
         "not probed" => {}
-        _ => out.push(check("gpu", Status::Warn, "the CUDA driver is present but failed", r.gpu.detail.clone().unwrap_or_default(), &[])),
+        _ => out.push(check(
+            "gpu",
+            Status::Warn,
+            "the CUDA driver is present but failed",
+            r.gpu.detail.clone().unwrap_or_default(),
+            &[],
+        )),
     }
     let n = r.gpu.devices.len();
     if n >= 2 {
@@ -112,7 +137,13 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             }
         }
         if missing.is_empty() {
-            out.push(check("p2p", Status::Ok, "every GPU pair has peer access", "NCCL can use its P2P transport between all local GPUs", &[]));
+            out.push(check(
+                "p2p",
+                Status::Ok,
+                "every GPU pair has peer access",
+                "NCCL can use its P2P transport between all local GPUs",
+                &[],
+            ));
         } else {
             out.push(check(
                 "p2p",
@@ -174,13 +205,17 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     } else {
-        out.push(check("nccl-libraries", Status::Ok, format!("{} libnccl copy/copies, version {}", nccl.len(), versions.first().map_or("unknown", |s| s)), "", &[]));
+        out.push(check(
+            "nccl-libraries",
+            Status::Ok,
+            format!("{} libnccl copy/copies, version {}", nccl.len(), versions.first().map_or("unknown", |s| s)),
+            "",
+            &[],
+        ));
     }
     let mut seen = Vec::new();
-    let mut vlist: Vec<(String, String)> = nccl
-        .iter()
-        .filter_map(|l| l.version.clone().map(|v| (v, l.path.clone())))
-        .collect();
+    let mut vlist: Vec<(String, String)> =
+        nccl.iter().filter_map(|l| l.version.clone().map(|v| (v, l.path.clone()))).collect();
     if let Some(v) = &r.python.torch_nccl {
         vlist.push((v.clone(), format!("torch {}", r.python.torch.clone().unwrap_or_default())));
     }
@@ -191,7 +226,13 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         seen.push(v.clone());
         if let Some(pv) = parse_version(&v) {
             let (status, text) = nccl_teardown(pv);
-            out.push(check("nccl-version", status, format!("NCCL {v} ({whose})"), text, &["https://github.com/deepseek-ai/DeepEP/issues/41"]));
+            out.push(check(
+                "nccl-version",
+                status,
+                format!("NCCL {v} ({whose})"),
+                text,
+                &["https://github.com/deepseek-ai/DeepEP/issues/41"],
+            ));
         }
     }
 
@@ -206,9 +247,17 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 } else {
                     (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (facts §4.2; 2.6 inferred from PR #141510)")
                 };
-                out.push(check("torch-teardown", status, format!("torch {t}"), text, &["https://github.com/pytorch/pytorch/pull/141510"]));
+                out.push(check(
+                    "torch-teardown",
+                    status,
+                    format!("torch {t}"),
+                    text,
+                    &["https://github.com/pytorch/pytorch/pull/141510"],
+                ));
             }
-            if let (Some(tn), Some(sys)) = (&r.python.torch_nccl, nccl.iter().find(|l| l.loader_default).and_then(|l| l.version.clone())) {
+            if let (Some(tn), Some(sys)) =
+                (&r.python.torch_nccl, nccl.iter().find(|l| l.loader_default).and_then(|l| l.version.clone()))
+            {
                 if parse_version(tn) != parse_version(&sys) {
                     out.push(check(
                         "torch-nccl",
@@ -220,8 +269,20 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 }
             }
         }
-        (None, "ok") => out.push(check("torch", Status::Info, "no torch in this python3", r.python.torch_error.clone().unwrap_or_default(), &[])),
-        (None, st) => out.push(check("torch", Status::Info, format!("python3 probe: {st}"), r.python.detail.clone().unwrap_or_default(), &[])),
+        (None, "ok") => out.push(check(
+            "torch",
+            Status::Info,
+            "no torch in this python3",
+            r.python.torch_error.clone().unwrap_or_default(),
+            &[],
+        )),
+        (None, st) => out.push(check(
+            "torch",
+            Status::Info,
+            format!("python3 probe: {st}"),
+            r.python.detail.clone().unwrap_or_default(),
+            &[],
+        )),
     }
 
     // /dev/shm size.
@@ -243,7 +304,8 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_nccl_file(file_name(&f.path))).collect();
     let torch_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_torch_file(file_name(&f.path))).collect();
     let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
-    let (stale, in_use, unknown) = (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));
+    let (stale, in_use, unknown) =
+        (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));
     if nccl_files.is_empty() {
         out.push(check(
             "shm-leftovers",
@@ -265,11 +327,20 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "shm-leftovers",
             Status::Info,
             format!("{unknown} /dev/shm/nccl-* file(s) of unknown state"),
-            format!("{} processes could not be inspected; run as root to tell stale files from live ones", r.process_scan.unreadable),
+            format!(
+                "{} processes could not be inspected; run as root to tell stale files from live ones",
+                r.process_scan.unreadable
+            ),
             &[],
         ));
     } else {
-        out.push(check("shm-leftovers", Status::Info, format!("{in_use} /dev/shm/nccl-* file(s) in use"), "held by a live NCCL job", &[]));
+        out.push(check(
+            "shm-leftovers",
+            Status::Info,
+            format!("{in_use} /dev/shm/nccl-* file(s) in use"),
+            "held by a live NCCL job",
+            &[],
+        ));
     }
     let torch_stale = count(&torch_files, "stale");
     if torch_stale > 0 {
@@ -295,7 +366,8 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     if r.nccl_sockets.is_empty() {
         out.push(check("nccl-sockets", Status::Ok, "no NCCL UDS sockets", "abstract sockets (@/tmp/nccl-socket-*) vanish with the last process holding them; they cannot outlive a job (facts §2.1)", &[]));
     } else {
-        let mut pids: Vec<String> = r.nccl_sockets.iter().flat_map(|s| s.holders.iter().map(|h| format!("{} ({})", h.pid, h.comm))).collect();
+        let mut pids: Vec<String> =
+            r.nccl_sockets.iter().flat_map(|s| s.holders.iter().map(|h| format!("{} ({})", h.pid, h.comm))).collect();
         pids.sort();
         pids.dedup();
         out.push(check(
@@ -353,7 +425,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     let compute: Vec<_> = r
         .gpu_processes
         .iter()
-        .filter(|p| p.devices.iter().any(|d| d.trim_start_matches("nvidia").chars().next().is_some_and(|c| c.is_ascii_digit()) || d == "nvidia-uvm"))
+        .filter(|p| {
+            p.devices.iter().any(|d| {
+                d.trim_start_matches("nvidia").chars().next().is_some_and(|c| c.is_ascii_digit()) || d == "nvidia-uvm"
+            })
+        })
         .collect();
     if !compute.is_empty() {
         let list: Vec<String> = compute.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect();
@@ -361,7 +437,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "gpu-processes",
             Status::Info,
             format!("{} other process(es) hold GPU devices", compute.len()),
-            format!("{}: a rank left from an earlier run keeps its GPU memory and contexts until it exits", list.join(", ")),
+            format!(
+                "{}: a rank left from an earlier run keeps its GPU memory and contexts until it exits",
+                list.join(", ")
+            ),
             &[],
         ));
     }

@@ -38,7 +38,9 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
     let _ = writeln!(s, "{}: {} nccl-* file(s)", dir.display(), files.len());
     for f in &files {
         let why = match f.state.as_str() {
-            "in use" if f.holders.is_empty() => "open in a process /proc does not show (another pid namespace?)".to_string(),
+            "in use" if f.holders.is_empty() => {
+                "open in a process /proc does not show (another pid namespace?)".to_string()
+            }
             "in use" => format!("held by {}", fmt_holders(f)),
             "stale" => "no live process has it open or mapped".to_string(),
             _ => "no holder seen, but some processes could not be inspected".to_string(),
@@ -60,7 +62,8 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
     if stale.is_empty() {
         let _ = writeln!(s, "nothing to delete");
     } else if !yes {
-        let _ = writeln!(s, "would delete {} file(s), {} (dry run; add --yes to delete)", stale.len(), human_bytes(bytes));
+        let _ =
+            writeln!(s, "would delete {} file(s), {} (dry run; add --yes to delete)", stale.len(), human_bytes(bytes));
     } else {
         // Look again: a job may have started since the first scan.
         let again = scan_for(proc_root, dir);
@@ -68,7 +71,12 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
             let p = Path::new(&f.path);
             let holders = again.holders_of(p);
             if !holders.is_empty() {
-                let _ = writeln!(s, "  kept    {} (now held by {})", f.path, holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(", "));
+                let _ = writeln!(
+                    s,
+                    "  kept    {} (now held by {})",
+                    f.path,
+                    holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(", ")
+                );
                 continue;
             }
             match shm::unlink_if_unheld(p, again.unreadable.is_empty()) {

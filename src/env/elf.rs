@@ -67,7 +67,12 @@ fn parse_header(b: &[u8]) -> Option<Header> {
     let (shoff, shentsize, shnum, shstrndx) = if wide {
         (u64_at(b, 0x28, little)?, u16_at(b, 0x3A, little)?, u16_at(b, 0x3C, little)?, u16_at(b, 0x3E, little)?)
     } else {
-        (u64::from(u32_at(b, 0x20, little)?), u16_at(b, 0x2E, little)?, u16_at(b, 0x30, little)?, u16_at(b, 0x32, little)?)
+        (
+            u64::from(u32_at(b, 0x20, little)?),
+            u16_at(b, 0x2E, little)?,
+            u16_at(b, 0x30, little)?,
+            u16_at(b, 0x32, little)?,
+        )
     };
     Some(Header { little, wide, shoff, shentsize: shentsize.into(), shnum: shnum.into(), shstrndx: shstrndx.into() })
 }
@@ -113,7 +118,13 @@ pub fn sections(path: &Path) -> std::io::Result<Option<Vec<Section>>> {
     let Ok(names) = read_range(&mut f, str_off, str_size, file_len) else { return Ok(None) };
     let out = raw
         .into_iter()
-        .map(|(name, kind, offset, size, link)| Section { name: cstr_at(&names, name as usize), kind, offset, size, link })
+        .map(|(name, kind, offset, size, link)| Section {
+            name: cstr_at(&names, name as usize),
+            kind,
+            offset,
+            size,
+            link,
+        })
         .collect();
     Ok(Some(out))
 }
@@ -142,10 +153,9 @@ pub fn needed(path: &Path) -> std::io::Result<Vec<String>> {
     let mut head = [0u8; 64];
     let n = f.read(&mut head)?;
     let Some(h) = parse_header(&head[..n]) else { return Ok(Vec::new()) };
-    let (Ok(dyn_bytes), Ok(strs)) = (
-        read_range(&mut f, dynamic.offset, dynamic.size, len),
-        read_range(&mut f, strtab.offset, strtab.size, len),
-    ) else {
+    let (Ok(dyn_bytes), Ok(strs)) =
+        (read_range(&mut f, dynamic.offset, dynamic.size, len), read_range(&mut f, strtab.offset, strtab.size, len))
+    else {
         return Ok(Vec::new());
     };
     let ent = if h.wide { 16 } else { 8 };

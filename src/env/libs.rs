@@ -123,10 +123,9 @@ impl NvshmemFacts {
                 built_with_nccl: Some(false),
                 evidence: "its build options string says NVSHMEM_USE_NCCL=OFF".into(),
             },
-            (None, true, _) => NcclSupport {
-                built_with_nccl: Some(true),
-                evidence: "it links libnccl (DT_NEEDED)".into(),
-            },
+            (None, true, _) => {
+                NcclSupport { built_with_nccl: Some(true), evidence: "it links libnccl (DT_NEEDED)".into() }
+            }
             (None, false, true) => NcclSupport {
                 built_with_nccl: Some(true),
                 evidence: "no build options string, but it names libnccl.so and ncclCommInitRank (loaded by dlopen)"
@@ -262,11 +261,8 @@ fn read_ld_conf(file: &Path, root: &Path, out: &mut Vec<PathBuf>, depth: usize) 
             };
             let dir = root.join(dir.trim_start_matches('/'));
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            let mut files: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(suffix))
-                .collect();
+            let mut files: Vec<PathBuf> =
+                rd.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(suffix)).collect();
             files.sort();
             for f in files {
                 read_ld_conf(&f, root, out, depth + 1);
@@ -286,7 +282,9 @@ pub fn is_nvshmem_name(name: &str) -> bool {
 }
 fn lib_name_matches(name: &str, stem: &str) -> bool {
     let Some(rest) = name.strip_prefix(stem) else { return false };
-    rest.is_empty() || (rest.starts_with('.') && rest[1..].split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+    rest.is_empty()
+        || (rest.starts_with('.')
+            && rest[1..].split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
 }
 
 /// A folder to search and why.
@@ -298,7 +296,11 @@ pub struct SearchDir {
 
 /// The folders, in the loader's order where it has one: LD_LIBRARY_PATH, then the ld.so.conf
 /// folders, then the default ones; then Python's and the *_HOME folders.
-pub fn search_dirs(ld_library_path: Option<&str>, site_packages: &[String], homes: &[(String, String)]) -> Vec<SearchDir> {
+pub fn search_dirs(
+    ld_library_path: Option<&str>,
+    site_packages: &[String],
+    homes: &[(String, String)],
+) -> Vec<SearchDir> {
     let mut dirs = Vec::new();
     for d in ld_library_path.unwrap_or("").split(':').filter(|d| !d.is_empty()) {
         dirs.push(SearchDir { dir: d.into(), via: "LD_LIBRARY_PATH".into() });
@@ -449,18 +451,10 @@ pub fn find(dirs: &[SearchDir], cache: &[(String, String)]) -> Libraries {
 
 /// The loader searches LD_LIBRARY_PATH, then its cache, then the default folders.
 fn mark_loader_default(list: &mut [LibFile], dirs: &[SearchDir], cache: &[(String, String)], soname: &str) {
-    let from_llp = dirs
-        .iter()
-        .filter(|d| d.via == "LD_LIBRARY_PATH")
-        .map(|d| d.dir.join(soname))
-        .find(|p| p.is_file());
+    let from_llp = dirs.iter().filter(|d| d.via == "LD_LIBRARY_PATH").map(|d| d.dir.join(soname)).find(|p| p.is_file());
     let from_cache = || cache.iter().find(|(n, _)| n == soname).map(|(_, p)| PathBuf::from(p));
-    let from_default = || {
-        dirs.iter()
-            .filter(|d| d.via == "system dir")
-            .map(|d| d.dir.join(soname))
-            .find(|p| p.is_file())
-    };
+    let from_default =
+        || dirs.iter().filter(|d| d.via == "system dir").map(|d| d.dir.join(soname)).find(|p| p.is_file());
     let Some(choice) = from_llp.or_else(from_cache).or_else(from_default) else { return };
     let real = std::fs::canonicalize(&choice).unwrap_or(choice);
     for l in list {

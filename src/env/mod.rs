@@ -244,7 +244,11 @@ fn collect_host(src: &Sources, getenv: &dyn Fn(&str) -> Option<String>) -> Host 
         os: read(src.etc.join("os-release")).and_then(|t| procs::parse_os_release(&t)),
         kernel: read(p.join("sys/kernel/osrelease")).map(|s| s.trim().to_string()),
         arch: std::env::consts::ARCH.to_string(),
-        container: Container { detected: !evidence.is_empty(), evidence, cgroup: cgroup_text.lines().map(str::to_string).collect() },
+        container: Container {
+            detected: !evidence.is_empty(),
+            evidence,
+            cgroup: cgroup_text.lines().map(str::to_string).collect(),
+        },
         cpus_online: (online > 0).then_some(online as u64),
         cpus_available: std::thread::available_parallelism().ok().map(|n| n.get() as u64),
         memory_total_bytes: total,

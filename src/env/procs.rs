@@ -206,10 +206,7 @@ pub fn parse_meminfo(text: &str) -> (Option<u64>, Option<u64>) {
 
 /// CapEff from /proc/<pid>/status.
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
 
 pub const CAP_SYS_PTRACE: u32 = 19;
@@ -226,9 +223,7 @@ pub fn parse_nvidia_driver_version(text: &str) -> Option<String> {
 
 /// PRETTY_NAME from /etc/os-release.
 pub fn parse_os_release(text: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-        .map(|v| v.trim().trim_matches('"').to_string())
+    text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim().trim_matches('"').to_string())
 }
 
 /// One line of /proc/<pid>/maps: (dev major, dev minor, inode, path).
@@ -411,7 +406,9 @@ mod tests {
 
     #[test]
     fn mount_lookup_and_escapes() {
-        let m = parse_mounts("overlay / overlay rw 0 0\nshm /dev/shm tmpfs rw,size=65536k 0 0\n/dev/sda1 /mnt/my\\040disk ext4 rw 0 0\n");
+        let m = parse_mounts(
+            "overlay / overlay rw 0 0\nshm /dev/shm tmpfs rw,size=65536k 0 0\n/dev/sda1 /mnt/my\\040disk ext4 rw 0 0\n",
+        );
         assert_eq!(mount_of(&m, "/dev/shm").unwrap().fstype, "tmpfs");
         assert_eq!(mount_of(&m, "/dev/shm/nccl-x").unwrap().fstype, "tmpfs");
         assert_eq!(mount_of(&m, "/dev/shmx").unwrap().fstype, "overlay");

@@ -76,18 +76,19 @@ sys.stdout.write("EPDOCTOR-PY " + json.dumps(out) + "\n")
 /// Run `python3` (as found on PATH) for at most `timeout`.
 pub fn probe(timeout: Duration) -> PythonInfo {
     let mut cmd = Command::new("python3");
-    cmd.arg("-c")
-        .arg(SCRIPT)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.arg("-c").arg(SCRIPT).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return PythonInfo { status: "not found".into(), detail: Some("no python3 on PATH".into()), ..Default::default() }
+            return PythonInfo {
+                status: "not found".into(),
+                detail: Some("no python3 on PATH".into()),
+                ..Default::default()
+            }
         }
-        Err(e) => return PythonInfo { status: "error".into(), detail: Some(format!("python3: {e}")), ..Default::default() },
+        Err(e) => {
+            return PythonInfo { status: "error".into(), detail: Some(format!("python3: {e}")), ..Default::default() }
+        }
     };
     // Drain both pipes in threads so a chatty import cannot block on a full pipe.
     let mut so = child.stdout.take().unwrap();
@@ -108,13 +109,20 @@ pub fn probe(timeout: Duration) -> PythonInfo {
             Ok(Some(st)) => break Some(st),
             Ok(None) if start.elapsed() >= timeout => {
                 // The whole group: torch may have started helpers.
-                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
                 let _ = child.wait();
                 break None;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
-                return PythonInfo { status: "error".into(), detail: Some(format!("python3: {e}")), ..Default::default() }
+                return PythonInfo {
+                    status: "error".into(),
+                    detail: Some(format!("python3: {e}")),
+                    ..Default::default()
+                }
             }
         }
     };
@@ -123,7 +131,10 @@ pub fn probe(timeout: Duration) -> PythonInfo {
     let Some(status) = status else {
         return PythonInfo {
             status: "timed out".into(),
-            detail: Some(format!("python3 did not answer within {:.0} s (see --python-timeout)", timeout.as_secs_f64())),
+            detail: Some(format!(
+                "python3 did not answer within {:.0} s (see --python-timeout)",
+                timeout.as_secs_f64()
+            )),
             ..Default::default()
         };
     };
@@ -133,7 +144,8 @@ pub fn probe(timeout: Duration) -> PythonInfo {
 /// The probe's answer: the last marked line of stdout.
 pub fn parse_output(stdout: &str, stderr: &str, code: Option<i32>) -> PythonInfo {
     let Some(json) = stdout.lines().rev().find_map(|l| l.strip_prefix(MARK)) else {
-        let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+        let tail: String =
+            stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
         return PythonInfo {
             status: "error".into(),
             detail: Some(format!(
@@ -149,7 +161,11 @@ pub fn parse_output(stdout: &str, stderr: &str, code: Option<i32>) -> PythonInfo
             p.status = "ok".into();
             p
         }
-        Err(e) => PythonInfo { status: "error".into(), detail: Some(format!("python3 answer is not valid JSON: {e}")), ..Default::default() },
+        Err(e) => PythonInfo {
+            status: "error".into(),
+            detail: Some(format!("python3 answer is not valid JSON: {e}")),
+            ..Default::default()
+        },
     }
 }
 

@@ -83,7 +83,11 @@ fn holders(h: &[super::procs::Holder]) -> String {
 /// Short facts shared by the text and Markdown writers: (label, value).
 fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
     let h = &r.host;
-    let container = if h.container.detected { format!("yes ({})", h.container.evidence.join("; ")) } else { "no sign of one".into() };
+    let container = if h.container.detected {
+        format!("yes ({})", h.container.evidence.join("; "))
+    } else {
+        "no sign of one".into()
+    };
     let mem = match (h.memory_total_bytes, h.memory_available_bytes) {
         (Some(t), Some(a)) => format!("{} total, {} available", human_bytes(t), human_bytes(a)),
         (Some(t), None) => human_bytes(t),
@@ -158,7 +162,11 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
         format!(
             "{}{}",
             r.process_scan.processes,
-            if r.process_scan.unreadable > 0 { format!(" ({} not readable without root)", r.process_scan.unreadable) } else { String::new() }
+            if r.process_scan.unreadable > 0 {
+                format!(" ({} not readable without root)", r.process_scan.unreadable)
+            } else {
+                String::new()
+            }
         ),
     ));
     v
@@ -175,7 +183,13 @@ pub fn text(r: &EnvReport) -> String {
     if !r.gpu.devices.is_empty() {
         let mut t = table(&["#", "name", "sm", "memory", "pci"]);
         for g in &r.gpu.devices {
-            t.add_row([g.index.to_string(), g.name.clone(), g.compute_capability.clone(), human_bytes(g.memory_bytes), opt(&g.pci_bus_id)]);
+            t.add_row([
+                g.index.to_string(),
+                g.name.clone(),
+                g.compute_capability.clone(),
+                human_bytes(g.memory_bytes),
+                opt(&g.pci_bus_id),
+            ]);
         }
         let _ = writeln!(s, "\n{}\n{t}", paint("GPUs", bold));
         if r.gpu.devices.len() > 1 {
@@ -189,7 +203,12 @@ pub fn text(r: &EnvReport) -> String {
     } else {
         let mut t = table(&["version", "path", "found via", "loader's choice"]);
         for l in &r.libraries.nccl {
-            t.add_row([lib_version(l), lib_path(l), l.found_via.join(", "), if l.loader_default { "yes".into() } else { String::new() }]);
+            t.add_row([
+                lib_version(l),
+                lib_path(l),
+                l.found_via.join(", "),
+                if l.loader_default { "yes".into() } else { String::new() },
+            ]);
         }
         let _ = writeln!(s, "{t}");
     }
@@ -223,7 +242,13 @@ pub fn text(r: &EnvReport) -> String {
     }
     for f in &r.config_files {
         if f.present {
-            let _ = writeln!(s, "  {} ({}):{}", f.path, f.role, f.error.as_ref().map(|e| format!(" {e}")).unwrap_or_default());
+            let _ = writeln!(
+                s,
+                "  {} ({}):{}",
+                f.path,
+                f.role,
+                f.error.as_ref().map(|e| format!(" {e}")).unwrap_or_default()
+            );
             for e in &f.entries {
                 let _ = writeln!(s, "    {}={}", e.name, e.value);
             }
@@ -318,7 +343,8 @@ fn checklist_md(s: &mut String, checks: &[Check]) {
     let _ = writeln!(s, "| | check | detail |\n| --- | --- | --- |");
     for c in checks {
         let refs = if c.refs.is_empty() { String::new() } else { format!(" ({})", c.refs.join(", ")) };
-        let _ = writeln!(s, "| {} | {} | {}{} |", c.status.as_str(), md_cell(&c.title), md_cell(&c.detail), md_cell(&refs));
+        let _ =
+            writeln!(s, "| {} | {} | {}{} |", c.status.as_str(), md_cell(&c.title), md_cell(&c.detail), md_cell(&refs));
     }
 }
 
@@ -337,7 +363,15 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
     if !r.gpu.devices.is_empty() {
         let _ = writeln!(s, "{h}# GPUs\n\n| # | name | sm | memory | pci |\n| --- | --- | --- | --- | --- |");
         for g in &r.gpu.devices {
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} |", g.index, md_cell(&g.name), g.compute_capability, human_bytes(g.memory_bytes), opt(&g.pci_bus_id));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                g.index,
+                md_cell(&g.name),
+                g.compute_capability,
+                human_bytes(g.memory_bytes),
+                opt(&g.pci_bus_id)
+            );
         }
         let n = r.gpu.devices.len();
         if n > 1 {
@@ -357,9 +391,19 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "{h}# Libraries\n\n| library | version | path | found via | loader's choice |\n| --- | --- | --- | --- | --- |");
+    let _ = writeln!(
+        s,
+        "{h}# Libraries\n\n| library | version | path | found via | loader's choice |\n| --- | --- | --- | --- | --- |"
+    );
     for l in &r.libraries.nccl {
-        let _ = writeln!(s, "| libnccl | {} | `{}` | {} | {} |", md_cell(&lib_version(l)), lib_path(l), l.found_via.join(", "), if l.loader_default { "yes" } else { "" });
+        let _ = writeln!(
+            s,
+            "| libnccl | {} | `{}` | {} | {} |",
+            md_cell(&lib_version(l)),
+            lib_path(l),
+            l.found_via.join(", "),
+            if l.loader_default { "yes" } else { "" }
+        );
     }
     for l in &r.libraries.nvshmem {
         let built = match l.nccl_support.as_ref().and_then(|s| s.built_with_nccl) {
@@ -367,7 +411,14 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
             Some(false) => "built without NCCL",
             None => "NCCL support unknown",
         };
-        let _ = writeln!(s, "| NVSHMEM host ({built}) | {} | `{}` | {} | {} |", md_cell(&lib_version(l)), lib_path(l), l.found_via.join(", "), if l.loader_default { "yes" } else { "" });
+        let _ = writeln!(
+            s,
+            "| NVSHMEM host ({built}) | {} | `{}` | {} | {} |",
+            md_cell(&lib_version(l)),
+            lib_path(l),
+            l.found_via.join(", "),
+            if l.loader_default { "yes" } else { "" }
+        );
     }
     if r.libraries.nccl.is_empty() && r.libraries.nvshmem.is_empty() {
         let _ = writeln!(s, "| (none found) | | | | |");
@@ -396,9 +447,29 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
     for f in &r.shm.files {
         let _ = writeln!(s, "- `{}` {} {}, held by {}", f.path, human_bytes(f.size), f.state, holders(&f.holders));
     }
-    let _ = writeln!(s, "- NCCL UDS sockets: {}", if r.nccl_sockets.is_empty() { "none".to_string() } else { r.nccl_sockets.iter().map(|k| format!("`{}` ({})", k.path, holders(&k.holders))).collect::<Vec<_>>().join(", ") });
+    let _ = writeln!(
+        s,
+        "- NCCL UDS sockets: {}",
+        if r.nccl_sockets.is_empty() {
+            "none".to_string()
+        } else {
+            r.nccl_sockets
+                .iter()
+                .map(|k| format!("`{}` ({})", k.path, holders(&k.holders)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
     let _ = writeln!(s, "- SysV shm segments: {}", r.sysv_segments.len());
-    let _ = writeln!(s, "- processes holding /dev/nvidia*: {}", if r.gpu_processes.is_empty() { "none".to_string() } else { r.gpu_processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect::<Vec<_>>().join(", ") });
+    let _ = writeln!(
+        s,
+        "- processes holding /dev/nvidia*: {}",
+        if r.gpu_processes.is_empty() {
+            "none".to_string()
+        } else {
+            r.gpu_processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect::<Vec<_>>().join(", ")
+        }
+    );
     let _ = writeln!(s, "\n</details>");
     s
 }

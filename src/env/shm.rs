@@ -98,7 +98,11 @@ pub fn list(dir: &Path, scan: &ProcScan, keep: impl Fn(&str) -> bool) -> std::io
         out.push(ShmFile {
             path: e.path().display().to_string(),
             size: md.len(),
-            modified: md.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs()),
+            modified: md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs()),
             uid: md.uid(),
             holders,
             creator_pid,
@@ -114,7 +118,8 @@ fn ignore_sigio() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: SIG_IGN installs no handler code.
-        let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGIO, nix::sys::signal::SigHandler::SigIgn) };
+        let _ =
+            unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGIO, nix::sys::signal::SigHandler::SigIgn) };
     });
 }
 

@@ -89,7 +89,13 @@ pub fn conf_files(nccl_conf_file: Option<&str>, home: Option<&Path>, etc: &Path)
     list.push((etc.join("nccl.conf"), "/etc/nccl.conf"));
     list.into_iter()
         .map(|(path, role)| {
-            let mut c = ConfFile { path: path.display().to_string(), role: role.into(), present: false, entries: Vec::new(), error: None };
+            let mut c = ConfFile {
+                path: path.display().to_string(),
+                role: role.into(),
+                present: false,
+                entries: Vec::new(),
+                error: None,
+            };
             match std::fs::read_to_string(&path) {
                 Ok(t) => {
                     c.present = true;
@@ -112,9 +118,7 @@ pub fn effective<'a>(name: &str, vars: &'a [Var], files: &'a [ConfFile]) -> Opti
     if let Some(v) = vars.iter().find(|v| v.name == name) {
         return Some((v.value.as_str(), "environment"));
     }
-    files
-        .iter()
-        .find_map(|f| f.entries.iter().find(|e| e.name == name).map(|e| (e.value.as_str(), f.path.as_str())))
+    files.iter().find_map(|f| f.entries.iter().find(|e| e.name == name).map(|e| (e.value.as_str(), f.path.as_str())))
 }
 
 #[cfg(test)]
@@ -133,7 +137,8 @@ mod tests {
 
     #[test]
     fn collect_filters_sorts_and_masks() {
-        let env = [("PATH", "/bin"), ("NCCL_DEBUG", "WARN"), ("CUDA_VISIBLE_DEVICES", "0"), ("NCCL_API_KEY", "hunter2")];
+        let env =
+            [("PATH", "/bin"), ("NCCL_DEBUG", "WARN"), ("CUDA_VISIBLE_DEVICES", "0"), ("NCCL_API_KEY", "hunter2")];
         let v = collect(env.iter().map(|(a, b)| (a.to_string(), b.to_string())));
         let names: Vec<_> = v.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["CUDA_VISIBLE_DEVICES", "NCCL_API_KEY", "NCCL_DEBUG"]);
