@@ -51,7 +51,13 @@ pub struct Libraries {
     pub nccl: Vec<LibFile>,
     pub nvshmem: Vec<LibFile>,
     /// Folders searched, in order, with the reason each was searched.
-    pub searched: Vec<(String, String)>,
+    pub searched: Vec<Searched>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Searched {
+    pub dir: String,
+    pub via: String,
 }
 
 static NCCL_VERSION: LazyLock<Regex> =
@@ -389,7 +395,7 @@ pub fn find(dirs: &[SearchDir], cache: &[(String, String)]) -> Libraries {
         if !first_time {
             continue;
         }
-        libs.searched.push((d.dir.display().to_string(), d.via.clone()));
+        libs.searched.push(Searched { dir: d.dir.display().to_string(), via: d.via.clone() });
         let mut names: Vec<_> = rd.flatten().map(|e| e.path()).collect();
         names.sort();
         for p in names {

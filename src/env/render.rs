@@ -163,7 +163,7 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
             "{}{}",
             r.process_scan.processes,
             if r.process_scan.unreadable > 0 {
-                format!(" ({} not readable without root)", r.process_scan.unreadable)
+                format!(" ({} could not be read)", r.process_scan.unreadable)
             } else {
                 String::new()
             }
