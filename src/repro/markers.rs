@@ -16,6 +16,9 @@ pub struct RankMarkers {
     pub phases: BTreeMap<String, f64>,
     /// Every other key=value (the last value wins).
     pub keys: BTreeMap<String, String>,
+    /// Free text after `note:` (e.g. which transport NCCL was left with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl RankMarkers {
@@ -44,6 +47,11 @@ pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
         let mut phase = None;
         let mut t = None;
         let mut keys = Vec::new();
+        // `note: <free text>` ends the key=value part of a line.
+        let (rest, note) = match rest.split_once(" note: ") {
+            Some((head, n)) => (head, Some(n.trim().to_string())),
+            None => (rest, None),
+        };
         for tok in rest.split_whitespace() {
             let Some((k, v)) = tok.split_once('=') else { continue };
             match k {
@@ -70,6 +78,7 @@ pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
         for (k, v) in keys {
             m.keys.insert(k, v);
         }
+        m.notes.extend(note);
     }
     out
 }
@@ -96,6 +105,7 @@ noise
 [epdoctor] rank=0 phase=teardown-start t=102.0
 [epdoctor] rank=0 phase=teardown-end t=102.25
 [epdoctor] rank=0 teardown_s=9 check=ok
+[epdoctor] rank=0 note: with NCCL_HOSTID=x each rank is a node
  [epdoctor] rank=0 phase=ignored t=1
 [epdoctor] phase=no-rank t=1
 ";
@@ -110,6 +120,8 @@ noise
         assert_eq!(r1.last_phase(), Some("teardown-start"));
         assert_eq!(r1.teardown_s(), None);
         assert!(!r0.phases.contains_key("ignored"));
+        assert_eq!(r0.notes, vec!["with NCCL_HOSTID=x each rank is a node".to_string()]);
+        assert!(!r0.keys.contains_key("NCCL_HOSTID"));
     }
 
     #[test]

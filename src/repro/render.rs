@@ -230,6 +230,15 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
             let t = c.transport.as_deref().map(|t| format!(", transport {t}")).unwrap_or_default();
             let _ = writeln!(s, "- NCCL ran: {v}{t}");
         }
+        let mut notes: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for (rank, m) in &c.markers {
+            for n in &m.notes {
+                notes.entry(n.as_str()).or_default().push(rank.as_str());
+            }
+        }
+        for (n, ranks) in notes {
+            let _ = writeln!(s, "- note (rank {}): {n}", ranks.join(", "));
+        }
         for p in &c.processes {
             let _ = writeln!(s, "- process {}: {} (log `{}`)", p.outcome.label, p.outcome.short(), p.log);
             if p.outcome.exit_code != Some(0) {
