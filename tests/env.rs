@@ -437,6 +437,11 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
     for f in [&stale, &held, &mapped, &torch, &other] {
         std::fs::write(f, vec![1u8; 4096]).unwrap();
     }
+    // A FIFO with an NCCL-like name is not NCCL's and must not block the scan.
+    let fifo = d.path().join("nccl-fifo01");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let _child = hold_open(&held);
     // This test process maps one file and closes the fd, as NCCL does after mmap.
     let map = {
@@ -465,6 +470,7 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
     assert!(held.exists(), "a file open in a live process is never deleted:\n{text}");
     assert!(mapped.exists(), "a file mapped by a live process is never deleted:\n{text}");
     assert!(torch.exists() && other.exists(), "only nccl-* files are touched");
+    assert!(fifo.exists(), "only regular files are touched");
     assert!(text.contains("deleted 1 file(s)"), "{text}");
     assert!(text.contains("held by"), "{text}");
 }
@@ -552,4 +558,22 @@ fn report_repro_folder_without_report_md_is_a_clear_error() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("report.md"));
+}
+
+#[test]
+fn report_bad_inputs_are_clear_errors() {
+    let d = tempfile::tempdir().unwrap();
+    epdoctor(d.path(), d.path())
+        .args(["report", "-o"])
+        .arg(d.path().join("no-such-folder/r.md"))
+        .arg(example_log())
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no-such-folder"));
+    epdoctor(d.path(), d.path())
+        .args(["report", "--python-timeout", "5"])
+        .arg(d.path().join("missing.log"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("missing.log"));
 }

@@ -20,6 +20,10 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
         if o.exists() {
             bail!("{} already exists; report never overwrites a file (choose another -o)", o.display());
         }
+        let parent = o.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            bail!("-o {}: folder {} does not exist", o.display(), parent.display());
+        }
     }
     let repro = args.repro.as_deref().map(read_repro).transpose()?;
     let analysis = if args.logs.is_empty() {

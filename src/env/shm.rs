@@ -129,7 +129,16 @@ fn ignore_sigio() {
 fn take_lease(path: &Path) -> Result<std::fs::File, bool> {
     use std::os::fd::AsRawFd;
     ignore_sigio();
-    let f = std::fs::File::open(path).map_err(|_| false)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never block on a FIFO or follow a link swapped in since the listing.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|_| false)?;
+    if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(false);
+    }
     // SAFETY: fcntl on an fd we own.
     let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
     if rc == 0 {
