@@ -19,7 +19,11 @@ pub struct Outcome {
 
 pub fn run(args: &CleanArgs) -> anyhow::Result<u8> {
     let o = clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
-    print!("{}", o.text);
+    // Not print!: a closed pipe must be an error we can map to exit 0, not a panic.
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    so.write_all(o.text.as_bytes())?;
+    so.flush()?;
     Ok(if o.failed.is_empty() { crate::exit::OK } else { crate::exit::ERROR })
 }
 
