@@ -229,6 +229,8 @@ fn user_files(p: &Path) -> Result<Vec<PathBuf>> {
         .with_context(|| format!("cannot read rule folder {}", p.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        // A copy of the built-in rules/ folder also holds the phase and fingerprint tables.
+        .filter(|p| !p.file_name().is_some_and(|n| n == "phases.toml" || n == "fingerprints.toml"))
         .collect();
     v.sort();
     if v.is_empty() {
