@@ -48,10 +48,8 @@ pub fn run_cell(
     std::fs::create_dir(cell_dir).with_context(|| format!("creating {}", cell_dir.display()))?;
     let specs = specs(plan, cp, cell_dir, launcher)?;
     let before = leftovers::snapshot(&launcher.shm_dir);
-    let limits = Limits {
-        timeout: Duration::from_secs_f64(plan.timeout_s),
-        grace: Duration::from_secs_f64(plan.grace_s),
-    };
+    let limits =
+        Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
     let ex = launch::execute(&specs, &limits, stop, tick);
 
     let membership =

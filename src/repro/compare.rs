@@ -227,10 +227,10 @@ fn num(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::model::Severity;
     use crate::repro::leftovers::Leftovers;
     use crate::repro::matrix::AxisKind;
     use crate::repro::result::{AxisValueOut, RuleHit};
-    use crate::report::model::Severity;
 
     fn axis(name: &str, labels: &[&str]) -> AxisOut {
         AxisOut {
@@ -314,7 +314,10 @@ mod tests {
         let e = effects(&axes, &cells);
         assert_eq!(e[0].appear[0].item, "outcome:hang");
         assert_eq!(e[0].warn_value, 1.5);
-        assert_eq!(effect_line(&e[0]), "teardown=early-exit vs teardown=clean (1 pair): appears +outcome:hang; WARN lines 0 -> 1.5");
+        assert_eq!(
+            effect_line(&e[0]),
+            "teardown=early-exit vs teardown=clean (1 pair): appears +outcome:hang; WARN lines 0 -> 1.5"
+        );
     }
 
     #[test]
@@ -326,7 +329,10 @@ mod tests {
         assert_eq!(e[1].comparisons, 1);
         cells[0].explain_error = Some("x".into());
         assert_eq!(effects(&axes, &cells)[1].comparisons, 1);
-        assert_eq!(effect_line(&effects(&axes, &cells[2..])[0]), "nccl-lib=2.28.3 vs nccl-lib=2.22.3: no pair of finished cells to compare");
+        assert_eq!(
+            effect_line(&effects(&axes, &cells[2..])[0]),
+            "nccl-lib=2.28.3 vs nccl-lib=2.22.3: no pair of finished cells to compare"
+        );
     }
 
     #[test]

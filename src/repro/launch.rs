@@ -331,10 +331,7 @@ mod tests {
     #[test]
     fn exit_codes_signals_and_logs() {
         let d = tempfile::tempdir().unwrap();
-        let specs = vec![
-            sh(d.path(), "0", "echo out; echo err >&2; exit 3"),
-            sh(d.path(), "1", "kill -9 $$"),
-        ];
+        let specs = vec![sh(d.path(), "0", "echo out; echo err >&2; exit 3"), sh(d.path(), "1", "kill -9 $$")];
         let ex = execute(&specs, &limits(60.0, 1.0), &NoStop, &mut || {});
         assert_eq!(ex.outcomes[0].exit_code, Some(3));
         assert_eq!(ex.outcomes[1].signal, Some(9));
@@ -399,7 +396,9 @@ mod tests {
         let ex = execute(&specs, &limits(600.0, 600.0), &NoStop, &mut || {});
         assert!(ex.outcomes[1].launch_error.as_deref().unwrap().contains("/nonexistent/epdoctor-standin"));
         assert_eq!(ex.outcomes[0].signal_name.as_deref(), Some("SIGKILL"));
-        assert!(ex.lines[0].starts_with("[epdoctor-harness] rank=1 launch failed: starting /nonexistent/epdoctor-standin"));
+        assert!(
+            ex.lines[0].starts_with("[epdoctor-harness] rank=1 launch failed: starting /nonexistent/epdoctor-standin")
+        );
     }
 
     #[test]

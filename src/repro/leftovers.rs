@@ -140,17 +140,11 @@ fn parse_sockets<R: std::io::BufRead>(r: R) -> Vec<(u64, String)> {
 
 /// NCCL shm files and sockets that appeared since `before`.
 pub fn new_since(before: &Before, dir: &Path) -> (Vec<String>, Vec<String>) {
-    let mut shm: Vec<String> = shm_files(dir)
-        .into_iter()
-        .filter(|(n, ino)| before.shm.get(n) != Some(ino))
-        .map(|(n, _)| n)
-        .collect();
+    let mut shm: Vec<String> =
+        shm_files(dir).into_iter().filter(|(n, ino)| before.shm.get(n) != Some(ino)).map(|(n, _)| n).collect();
     shm.sort();
-    let mut sockets: Vec<String> = nccl_sockets()
-        .into_iter()
-        .filter(|(ino, _)| !before.sockets.contains(ino))
-        .map(|(_, p)| p)
-        .collect();
+    let mut sockets: Vec<String> =
+        nccl_sockets().into_iter().filter(|(ino, _)| !before.sockets.contains(ino)).map(|(_, p)| p).collect();
     sockets.sort();
     sockets.dedup();
     (shm, sockets)
@@ -236,10 +230,8 @@ pub fn kill_all(m: &Membership, procs: &mut [LeftoverProcess], wait: Duration) {
     loop {
         // A leftover that became our child (subreaper) would stay a zombie; reap it if so.
         for p in procs.iter() {
-            let _ = nix::sys::wait::waitpid(
-                nix::unistd::Pid::from_raw(p.pid),
-                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-            );
+            let _ =
+                nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(p.pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
         }
         let alive: HashSet<i32> = cell_processes(m).into_iter().map(|p| p.pid).collect();
         let any = procs.iter().any(|p| alive.contains(&p.pid));

@@ -91,11 +91,7 @@ pub struct CellPlan {
 impl Plan {
     /// The axis assignment of a cell as (axis name, label), in axis order.
     pub fn assignment(&self, cell: &CellPlan) -> Vec<(String, String)> {
-        self.axes
-            .iter()
-            .zip(&cell.values)
-            .map(|(a, &i)| (a.name.clone(), a.label(i)))
-            .collect()
+        self.axes.iter().zip(&cell.values).map(|(a, &i)| (a.name.clone(), a.label(i))).collect()
     }
 
     /// Variables to set (value Some) or remove (None) for a cell, fixed ones first.
@@ -112,11 +108,7 @@ impl Plan {
     }
 
     pub fn value_of(&self, cell: &CellPlan, kind: AxisKind) -> Option<&str> {
-        self.axes
-            .iter()
-            .zip(&cell.values)
-            .find(|(a, _)| a.kind == kind)
-            .map(|(a, &i)| a.values[i].as_str())
+        self.axes.iter().zip(&cell.values).find(|(a, _)| a.kind == kind).map(|(a, &i)| a.values[i].as_str())
     }
 
     pub fn is_command(&self) -> bool {
@@ -216,9 +208,8 @@ pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
         axes.push(axis);
     }
 
-    let user_sets = |name: &str| {
-        (ctx.env_is_set)(name) || axes.iter().any(|a| a.kind == AxisKind::Env && a.name == name)
-    };
+    let user_sets =
+        |name: &str| (ctx.env_is_set)(name) || axes.iter().any(|a| a.kind == AxisKind::Env && a.name == name);
     let mut fixed_env = Vec::new();
     if !user_sets("NCCL_DEBUG") {
         fixed_env.push(("NCCL_DEBUG".to_string(), "WARN".to_string()));
@@ -286,11 +277,7 @@ pub fn count_gpus() -> usize {
     if let Some(v) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
         let v = v.to_string_lossy();
         // CUDA stops at the first invalid entry; "-1" or "" hides every GPU.
-        return v
-            .split(',')
-            .map(str::trim)
-            .take_while(|s| !s.is_empty() && !s.starts_with('-'))
-            .count();
+        return v.split(',').map(str::trim).take_while(|s| !s.is_empty() && !s.starts_with('-')).count();
     }
     std::fs::read_dir("/proc/driver/nvidia/gpus").map(|rd| rd.flatten().count()).unwrap_or(0)
 }
@@ -323,11 +310,10 @@ mod tests {
         assert_eq!(v[0], vec![0, 0, 0]);
         assert_eq!(v[1], vec![0, 0, 1]);
         assert_eq!(v[3], vec![0, 1, 0]);
-        assert_eq!(p.assignment(&p.cells[5]), vec![
-            ("nccl-lib".into(), "default".into()),
-            ("teardown".into(), "abort".into()),
-            ("A".into(), "3".into())
-        ]);
+        assert_eq!(
+            p.assignment(&p.cells[5]),
+            vec![("nccl-lib".into(), "default".into()), ("teardown".into(), "abort".into()), ("A".into(), "3".into())]
+        );
     }
 
     #[test]

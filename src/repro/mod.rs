@@ -81,15 +81,10 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
         }
         let name = cell_name(&plan, cp);
         bar.set_message(name.clone());
-        let cell = cell::run_cell(
-            &plan,
-            cp,
-            &dir.join("cells").join(&name),
-            &launcher,
-            &args.rule_opts,
-            &stop,
-            &mut || bar.tick(),
-        )?;
+        let cell =
+            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, &args.rule_opts, &stop, &mut || {
+                bar.tick()
+            })?;
         say(format!(
             "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
             cp.index,
@@ -130,7 +125,10 @@ fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
     let program: OsString = match std::env::var_os(WORKER_CMD_ENV) {
         Some(p) => {
             if !Path::new(&p).is_file() {
-                bail!("{WORKER_CMD_ENV}={} is not a file (it names the program started instead of the worker)", p.to_string_lossy());
+                bail!(
+                    "{WORKER_CMD_ENV}={} is not a file (it names the program started instead of the worker)",
+                    p.to_string_lossy()
+                );
             }
             p
         }
@@ -196,7 +194,10 @@ fn create_run_dir(out: Option<&Path>) -> anyhow::Result<PathBuf> {
         match std::fs::read_dir(d) {
             Ok(mut rd) => {
                 if rd.next().is_some() {
-                    bail!("--out {}: the folder exists and is not empty; a run folder is never overwritten", d.display());
+                    bail!(
+                        "--out {}: the folder exists and is not empty; a run folder is never overwritten",
+                        d.display()
+                    );
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -31,7 +31,11 @@ fn rules_cell(c: &Cell) -> String {
     if c.rules.is_empty() {
         return "-".into();
     }
-    c.rules.iter().map(|r| if r.count > 1 { format!("{} x{}", r.id, r.count) } else { r.id.clone() }).collect::<Vec<_>>().join(", ")
+    c.rules
+        .iter()
+        .map(|r| if r.count > 1 { format!("{} x{}", r.id, r.count) } else { r.id.clone() })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub fn table(run: &Run, style: Style) -> Table {
@@ -121,7 +125,13 @@ fn header_lines(run: &Run) -> Vec<String> {
             let libs: Vec<String> = a
                 .values
                 .iter()
-                .map(|x| if x.value.is_empty() { format!("{} = the loader's choice", x.label) } else { format!("{} = {}", x.label, x.value) })
+                .map(|x| {
+                    if x.value.is_empty() {
+                        format!("{} = the loader's choice", x.label)
+                    } else {
+                        format!("{} = {}", x.label, x.value)
+                    }
+                })
                 .collect();
             v.push(format!("NCCL libraries: {}", libs.join("; ")));
         } else if a.values.len() == 1 {
@@ -136,7 +146,11 @@ fn last_line(path: &Path) -> Option<String> {
     let text = std::fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&text);
     let l = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
-    Some(if l.chars().count() > 200 { format!("{}...", l.chars().take(200).collect::<String>()) } else { l.to_string() })
+    Some(if l.chars().count() > 200 {
+        format!("{}...", l.chars().take(200).collect::<String>())
+    } else {
+        l.to_string()
+    })
 }
 
 /// What the table cannot show: hangs, failures, leftovers, engine errors.
@@ -205,7 +219,8 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
     }
     let _ = writeln!(s, "\n{}\n", table(run, Style::Markdown));
     if !run.effects.is_empty() {
-        let _ = writeln!(s, "## Effect of each axis\n\nOne value against the axis' first value, everything else equal.\n");
+        let _ =
+            writeln!(s, "## Effect of each axis\n\nOne value against the axis' first value, everything else equal.\n");
         for e in &run.effects {
             let _ = writeln!(s, "- {}", effect_line(e));
         }
@@ -250,7 +265,12 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
         if let Some(p) = &c.primary {
             let _ = writeln!(s, "- primary finding: `{}` {}", p.rule, p.title);
             if let Some(e) = &p.evidence {
-                let _ = writeln!(s, "  - `{}`{}", e.replace('`', "'"), p.source.as_deref().map(|x| format!(" ({x})")).unwrap_or_default());
+                let _ = writeln!(
+                    s,
+                    "  - `{}`{}",
+                    e.replace('`', "'"),
+                    p.source.as_deref().map(|x| format!(" ({x})")).unwrap_or_default()
+                );
             }
         }
         if let Some(e) = &c.explain_error {
