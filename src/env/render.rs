@@ -336,7 +336,8 @@ fn p2p_table(r: &EnvReport) -> String {
 }
 
 fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    // `<` and `>` would otherwise start HTML in GitHub's renderer ("NCCL <2.23.4", "<masked>").
+    s.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;").replace('\n', " ")
 }
 
 fn checklist_md(s: &mut String, checks: &[Check]) {
