@@ -307,6 +307,25 @@ fn a_rank_killing_itself_and_a_failing_rank_are_reported() {
 }
 
 #[test]
+fn a_workload_that_never_starts_is_an_error_with_its_reason() {
+    let s = Scratch::new();
+    let out = run_ok(s.cmd().args(["--ranks", "2", "--teardown", "clean,abort", "--env", "STANDIN=nogpu"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out)
+            .contains("no rank of any cell started the workload; rank 0 said: error: the workload needs GPU libraries"),
+        "{}",
+        stderr(&out)
+    );
+    let v = s.cells();
+    assert_eq!(v["status"], "complete", "the run folder is still whole");
+    assert_eq!(v["cells"].as_array().unwrap().len(), 2);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("last line: error: the workload needs GPU libraries").count(), 1, "{text}");
+    assert_eq!(text.matches("last line: as above").count(), 3, "{text}");
+}
+
+#[test]
 fn forked_grandchildren_are_found_and_killed() {
     // One that escaped the process group (setsid) and outlived its rank; one in the group of a rank that hangs.
     let s = Scratch::new();

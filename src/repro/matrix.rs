@@ -8,21 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cli::ReproArgs;
 
-/// Teardown modes of the built-in worker, in the order the default matrix runs them.
-/// This is the one list; `--teardown` is checked against it.
-pub const TEARDOWN_MODES: &[(&str, &str)] = &[
-    ("clean", "finalize + destroy the communicator on every rank"),
-    ("abort", "ncclCommAbort on every rank"),
-    ("leak", "exit without destroying the communicator"),
-    ("early-exit", "the last rank exits before the others destroy"),
-    ("kill-peer", "the last rank is SIGKILLed after the work; the others finalize + destroy"),
-    ("kill-inflight", "the last rank is SIGKILLed while the others start a collective"),
-    ("free-before-close", "IPC buffers freed before the peers closed their handles"),
-    ("no-barrier", "teardown without the final barrier between ranks"),
-];
-
+/// Teardown modes of the built-in worker, in the order the default matrix runs them. The worker's
+/// list is the one list; `--teardown` is checked against it here, before anything runs.
 pub fn teardown_mode_names() -> impl Iterator<Item = &'static str> {
-    TEARDOWN_MODES.iter().map(|(n, _)| *n)
+    crate::worker::Teardown::ALL.into_iter().map(|m| m.name())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,7 +308,7 @@ mod tests {
     #[test]
     fn defaults_every_mode_warn_and_ranks() {
         let p = plan(&args(&[]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cells.len(), TEARDOWN_MODES.len());
+        assert_eq!(p.cells.len(), crate::worker::Teardown::ALL.len());
         assert_eq!(p.fixed_env, vec![("NCCL_DEBUG".into(), "WARN".into())]);
         assert!(p.set_debug_file);
         assert!(matches!(p.workload, Workload::Builtin { ranks: 2 }));

@@ -25,7 +25,6 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{Format, ReproArgs, RuleOpts};
 use crate::report::model::Analysis;
-pub use matrix::TEARDOWN_MODES;
 use matrix::{AxisKind, Plan, Workload};
 use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 
@@ -117,8 +116,27 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
     if let Some(p) = render::partial_note(&run) {
         eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
     }
+    if let Some(why) = workload_never_started(&plan, &run, &dir) {
+        eprintln!("epdoctor: no rank of any cell started the workload; rank 0 said: {why}");
+        return Ok(crate::exit::ERROR);
+    }
     let launch_failed = run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
     Ok(if run.is_partial() || launch_failed { crate::exit::HARNESS } else { crate::exit::OK })
+}
+
+/// Every cell of the built-in workload failed before any rank printed a marker (no GPU, no driver,
+/// no NCCL): the run measured nothing, which is an error, not a result.
+fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> {
+    let all_failed_silently = matches!(plan.workload, Workload::Builtin { .. })
+        && run.status == RunStatus::Complete
+        && !run.cells.is_empty()
+        && run.cells.iter().all(|c| c.status == CellStatus::Failed && c.markers.is_empty());
+    if !all_failed_silently {
+        return None;
+    }
+    let c = &run.cells[0];
+    let log = dir.join("cells").join(&c.id).join(&c.processes.first()?.log);
+    Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
 }
 
 fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {

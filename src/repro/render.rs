@@ -142,7 +142,7 @@ fn header_lines(run: &Run) -> Vec<String> {
 }
 
 /// Last non-empty line of a file, shortened.
-fn last_line(path: &Path) -> Option<String> {
+pub fn last_line(path: &Path) -> Option<String> {
     let text = std::fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&text);
     let l = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
@@ -156,13 +156,17 @@ fn last_line(path: &Path) -> Option<String> {
 /// What the table cannot show: hangs, failures, leftovers, engine errors.
 fn notes(run: &Run, dir: &Path) -> Vec<String> {
     let mut v = Vec::new();
+    // The same failure in every rank and cell is shown once.
+    let mut shown = std::collections::HashSet::new();
     for c in &run.cells {
         if c.status != CellStatus::Ok {
             v.push(format!("cell {} ({}): {}", c.index, c.id, c.detail));
             if c.status == CellStatus::Failed {
                 for p in c.processes.iter().filter(|p| p.outcome.exit_code != Some(0)) {
-                    if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
-                        v.push(format!("  {} last line: {l}", p.log));
+                    match last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                        Some(l) if shown.insert(l.clone()) => v.push(format!("  {} last line: {l}", p.log)),
+                        Some(_) => v.push(format!("  {} last line: as above", p.log)),
+                        None => {}
                     }
                 }
             }
