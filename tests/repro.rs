@@ -538,6 +538,40 @@ fn interrupt_mid_matrix(sig: i32) {
 }
 
 #[test]
+fn epdoctor_killed_outright_leaves_a_partial_run_and_takes_its_ranks_along() {
+    let s = Scratch::new();
+    let mut child = s
+        .cmd()
+        .args(["--ranks", "2", "--teardown", "clean,abort", "--env", "STANDIN=hang", "--timeout", "600", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = || {
+        let d = std::fs::read_dir(s.run().join("cells")).ok()?.flatten().next()?.path();
+        std::fs::read_to_string(d.join("rank1.log")).ok()
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while !started().is_some_and(|l| l.contains("phase=teardown-start")) {
+        assert!(Instant::now() < until, "the first cell never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The ranks get SIGKILL from the kernel when epdoctor dies (their `sleep 1` children finish on their own).
+    let until = Instant::now() + Duration::from_secs(60);
+    while !alive_under(&s.run()).is_empty() {
+        assert!(Instant::now() < until, "still alive: {:?}", alive_under(&s.run()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v = s.cells();
+    assert_eq!(v["status"], "running");
+    assert!(v["cells"].as_array().unwrap().is_empty());
+    let report = std::fs::read_to_string(s.run().join("report.md")).unwrap();
+    assert!(report.contains("PARTIAL: 0 of 2 cells written"), "{report}");
+}
+
+#[test]
 fn sigint_mid_matrix_stops_everything_and_writes_a_partial_report() {
     interrupt_mid_matrix(libc::SIGINT);
 }
