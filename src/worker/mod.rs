@@ -184,6 +184,9 @@ pub fn run(args: &WorkerArgs) -> Result<u8> {
     let out = Out { rank: args.rank };
     out.phase("init");
     let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if nccl_code < 21400 {
+        bail!("NCCL {} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)", nccl::version_string(nccl_code));
+    }
     let loaded = libs::loaded_nccl_files();
     if let Some(req) = &requested {
         let hit = loaded.iter().any(|p| std::fs::canonicalize(p).is_ok_and(|c| &c == req));
@@ -428,7 +431,7 @@ impl<'a> Worker<'a> {
         };
         let t0 = Instant::now();
         let comm = nccl::init_rank(world, &id, me)?;
-        out.line(format_args!("step=nccl-init result=ok dt={:.6}", t0.elapsed().as_secs_f64()));
+        out.line(format_args!("nccl_init=ok nccl_init_s={:.6}", t0.elapsed().as_secs_f64()));
 
         // IPC handles travel over the communicator itself.
         let mut mine = [0u8; 2 * cu::IPC_HANDLE_BYTES];
@@ -455,7 +458,7 @@ impl<'a> Worker<'a> {
                 peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..]).with_context(|| format!("opening rank {r}'s signal buffer"))?;
             }
         }
-        out.line(format_args!("step=ipc-open result=ok peers={} dt={:.6}", world - 1, t0.elapsed().as_secs_f64()));
+        out.line(format_args!("ipc_open=ok ipc_open_s={:.6} peers={}", t0.elapsed().as_secs_f64(), world - 1));
         cu::htod(b.peer_data_tab, &peer_data)?;
         cu::htod(b.peer_signal_tab, &peer_signal)?;
 
@@ -740,7 +743,8 @@ impl<'a> Worker<'a> {
 
     // ---- teardown ----
 
-    /// Run one step and print `step=<name> result=<ok|code> dt=<s>`; true when it succeeded.
+    /// Run one step and print `<step>=<ok|code> <step>_s=<seconds> [extra]` (unique keys per
+    /// step: the marker parsers keep a flat map); true when it succeeded.
     fn step(&self, name: &str, f: impl FnOnce() -> std::result::Result<String, String>) -> bool {
         let t0 = Instant::now();
         let r = f();
@@ -750,9 +754,9 @@ impl<'a> Worker<'a> {
     fn report(&self, name: &str, t0: Instant, r: std::result::Result<String, String>) -> bool {
         let dt = t0.elapsed().as_secs_f64();
         match &r {
-            Ok(extra) if extra.is_empty() => self.out.line(format_args!("step={name} result=ok dt={dt:.6}")),
-            Ok(extra) => self.out.line(format_args!("step={name} result=ok dt={dt:.6} {extra}")),
-            Err(code) => self.out.line(format_args!("step={name} result={code} dt={dt:.6}")),
+            Ok(extra) if extra.is_empty() => self.out.line(format_args!("{name}=ok {name}_s={dt:.6}")),
+            Ok(extra) => self.out.line(format_args!("{name}=ok {name}_s={dt:.6} {extra}")),
+            Err(code) => self.out.line(format_args!("{name}={code} {name}_s={dt:.6}")),
         }
         r.is_ok()
     }
@@ -760,7 +764,7 @@ impl<'a> Worker<'a> {
     fn step_barrier(&mut self) -> bool {
         let t0 = Instant::now();
         let r = self.barrier_once();
-        self.report("ipc-barrier", t0, r)
+        self.report("ipc_barrier", t0, r)
     }
 
     fn barrier_once(&mut self) -> std::result::Result<String, String> {
@@ -776,7 +780,7 @@ impl<'a> Worker<'a> {
     }
 
     fn step_close(&self) -> bool {
-        self.step("ipc-close", || {
+        self.step("ipc_close", || {
             let mut first_err = None;
             let mut n = 0;
             for r in (0..self.shape.world).filter(|&r| r != self.me) {
@@ -816,8 +820,8 @@ impl<'a> Worker<'a> {
 
     /// Finalize then destroy; if finalize fails the communicator is aborted instead.
     fn step_finalize_destroy(&self) -> bool {
-        if self.step("nccl-finalize", || self.comm.finalize().map(|_| String::new()).map_err(|e| e.name)) {
-            self.step("nccl-destroy", || self.comm.destroy().map(|_| String::new()).map_err(|e| e.name))
+        if self.step("nccl_finalize", || self.comm.finalize().map(|_| String::new()).map_err(|e| e.name)) {
+            self.step("nccl_destroy", || self.comm.destroy().map(|_| String::new()).map_err(|e| e.name))
         } else {
             self.step_abort();
             false
@@ -825,7 +829,7 @@ impl<'a> Worker<'a> {
     }
 
     fn step_abort(&self) -> bool {
-        self.step("nccl-abort", || self.comm.abort().map(|_| String::new()).map_err(|e| e.name))
+        self.step("nccl_abort", || self.comm.abort().map(|_| String::new()).map_err(|e| e.name))
     }
 
     fn clean_sequence(&mut self, barrier: bool) -> bool {
@@ -850,14 +854,14 @@ impl<'a> Worker<'a> {
     /// Survivor of kill-inflight: start an all-reduce the last rank never joins, wait for NCCL to
     /// notice (or the deadline), then abort.
     fn inflight_collective(&self) -> bool {
-        self.step("inflight-allreduce", || {
+        self.step("inflight_allreduce", || {
             let send = self.b.reduce + 4;
             self.comm.all_reduce_sum_i32(send, send, 1, self.stream).map_err(|e| e.name)?;
             self.rdv.write(&format!("inflight-{}", self.me), b"").map_err(|_| "rendezvous-write-failed".to_string())?;
             let t0 = Instant::now();
             loop {
                 match cu::stream_query(self.stream) {
-                    Ok(true) => return Ok("completed=yes".into()),
+                    Ok(true) => return Err("completed".into()),
                     Ok(false) => {}
                     Err(e) => return Err(e.name()),
                 }
@@ -877,7 +881,7 @@ impl<'a> Worker<'a> {
     /// Survivor of free-before-close: combine once more, reading the freed buffer through the
     /// still-open mapping, and compare with the checked result.
     fn read_after_free(&self) -> bool {
-        self.step("read-after-free", || {
+        self.step("read_after_free", || {
             self.rdv.wait_read("freed", "the last rank's 'freed' marker").map_err(|_| "no-freed-marker".to_string())?;
             self.launch_combine().map_err(|e| short_code(&e))?;
             cu::stream_sync(self.stream).map_err(|e| e.name())?;
@@ -885,9 +889,9 @@ impl<'a> Worker<'a> {
             cu::dtoh(&mut outv, self.b.out).map_err(|e| e.name())?;
             let differs = outv.iter().zip(&self.host_out).filter(|(a, b)| a != b).count();
             if differs == 0 {
-                Ok("data=unchanged".into())
+                Ok(String::new())
             } else {
-                Err(format!("data-changed:{differs}-values"))
+                Err(format!("changed:{differs}-values"))
             }
         })
     }
@@ -929,7 +933,7 @@ impl<'a> Worker<'a> {
             }
             Teardown::FreeBeforeClose if last => {
                 let data = self.b.data;
-                let mut ok = self.step("free-exported-buffer", || cu::free(data).map(|_| String::new()).map_err(|e| e.name()));
+                let mut ok = self.step("free_exported_buffer", || cu::free(data).map(|_| String::new()).map_err(|e| e.name()));
                 self.data_freed = true;
                 if self.rdv.write("freed", b"").is_err() {
                     ok = false;
@@ -939,9 +943,9 @@ impl<'a> Worker<'a> {
             Teardown::EarlyExit => self.clean_sequence(true),
             Teardown::KillPeer => {
                 let last_rank = self.shape.world - 1;
-                let gone = self.step("wait-peer-exit", || {
+                let gone = self.step("wait_peer_exit", || {
                     let pid = self.rdv.pid_of(last_rank).map_err(|_| "no-pid-file".to_string())?;
-                    self.rdv.wait_exited(pid).map(|_| format!("peer={last_rank} pid={pid}")).map_err(|_| "still-running".to_string())
+                    self.rdv.wait_exited(pid).map(|_| format!("peer_pid={pid}")).map_err(|_| "still-running".to_string())
                 });
                 gone & self.clean_sequence(true)
             }
@@ -957,7 +961,7 @@ impl<'a> Worker<'a> {
             }
         };
         out.line(format_args!(
-            "teardown={} teardown_s={:.6} result={}",
+            "teardown={} teardown_s={:.6} teardown_result={}",
             self.mode.name(),
             t0.elapsed().as_secs_f64(),
             if ok { "ok" } else { "failed" }
