@@ -122,6 +122,19 @@ fn md_cell(report: &str, row: usize, name: &str) -> String {
     t[row][col].clone()
 }
 
+/// Wait until rank 1 of the first cell has printed its teardown-start marker.
+fn wait_first_cell_in_teardown(s: &Scratch) {
+    let log = || {
+        let d = std::fs::read_dir(s.run().join("cells")).ok()?.flatten().next()?.path();
+        std::fs::read_to_string(d.join("rank1.log")).ok()
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while !log().is_some_and(|l| l.contains("phase=teardown-start")) {
+        assert!(Instant::now() < until, "the first cell never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn rules_of(cell: &Value) -> Vec<String> {
     cell["rules"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
 }
@@ -496,16 +509,7 @@ fn interrupt_mid_matrix(sig: i32) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let first_log = || {
-        let cells = s.run().join("cells");
-        let d = std::fs::read_dir(&cells).ok()?.flatten().next()?.path();
-        std::fs::read_to_string(d.join("rank1.log")).ok()
-    };
-    let until = Instant::now() + Duration::from_secs(120);
-    while !first_log().is_some_and(|l| l.contains("phase=teardown-start")) {
-        assert!(Instant::now() < until, "the first cell never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_first_cell_in_teardown(&s);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, sig) };
     let until = Instant::now() + Duration::from_secs(120);
@@ -547,15 +551,7 @@ fn epdoctor_killed_outright_leaves_a_partial_run_and_takes_its_ranks_along() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = || {
-        let d = std::fs::read_dir(s.run().join("cells")).ok()?.flatten().next()?.path();
-        std::fs::read_to_string(d.join("rank1.log")).ok()
-    };
-    let until = Instant::now() + Duration::from_secs(120);
-    while !started().is_some_and(|l| l.contains("phase=teardown-start")) {
-        assert!(Instant::now() < until, "the first cell never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_first_cell_in_teardown(&s);
     child.kill().unwrap();
     child.wait().unwrap();
     // The ranks get SIGKILL from the kernel when epdoctor dies (their `sleep 1` children finish on their own).

@@ -110,6 +110,7 @@ pub fn run_cell(
     };
     let key = |k: &str| all_markers.values().find_map(|m| m.keys.get(k).cloned());
     let nccl_version = key("nccl_version").or_else(|| analysis.as_ref().and_then(|a| a.nccl_version.clone()));
+    let transport = key("transport");
     let detail = detail(status, &ex, &hung, plan.timeout_s);
 
     Ok(Cell {
@@ -131,9 +132,9 @@ pub fn run_cell(
                 log: s.log.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             })
             .collect(),
-        markers: all_markers.clone(),
+        markers: all_markers,
         nccl_version,
-        transport: key("transport"),
+        transport,
         warn_lines,
         verdict: analysis.as_ref().map(|a| a.verdict),
         rules: analysis

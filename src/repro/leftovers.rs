@@ -228,7 +228,7 @@ pub fn kill_all(m: &Membership, procs: &mut [LeftoverProcess], wait: Duration) {
     }
     let until = Instant::now() + wait;
     loop {
-        // A leftover that became our child (subreaper) would stay a zombie; reap it if so.
+        // A leftover that is epdoctor's own child (a rank given up as unkillable) would stay a zombie.
         for p in procs.iter() {
             let _ =
                 nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(p.pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));

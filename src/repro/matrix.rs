@@ -78,11 +78,6 @@ pub struct CellPlan {
 }
 
 impl Plan {
-    /// The axis assignment of a cell as (axis name, label), in axis order.
-    pub fn assignment(&self, cell: &CellPlan) -> Vec<(String, String)> {
-        self.axes.iter().zip(&cell.values).map(|(a, &i)| (a.name.clone(), a.label(i))).collect()
-    }
-
     /// Variables to set (value Some) or remove (None) for a cell, fixed ones first.
     pub fn cell_env(&self, cell: &CellPlan) -> BTreeMap<String, Option<String>> {
         let mut env: BTreeMap<String, Option<String>> =
@@ -98,10 +93,6 @@ impl Plan {
 
     pub fn value_of(&self, cell: &CellPlan, kind: AxisKind) -> Option<&str> {
         self.axes.iter().zip(&cell.values).find(|(a, _)| a.kind == kind).map(|(a, &i)| a.values[i].as_str())
-    }
-
-    pub fn is_command(&self) -> bool {
-        matches!(self.workload, Workload::Command(_))
     }
 }
 
@@ -299,10 +290,8 @@ mod tests {
         assert_eq!(v[0], vec![0, 0, 0]);
         assert_eq!(v[1], vec![0, 0, 1]);
         assert_eq!(v[3], vec![0, 1, 0]);
-        assert_eq!(
-            p.assignment(&p.cells[5]),
-            vec![("nccl-lib".into(), "default".into()), ("teardown".into(), "abort".into()), ("A".into(), "3".into())]
-        );
+        let labels: Vec<String> = p.axes.iter().zip(&p.cells[5].values).map(|(a, &i)| a.label(i)).collect();
+        assert_eq!(labels, ["default", "abort", "3"]);
     }
 
     #[test]
