@@ -282,7 +282,9 @@ fn early_exit_on_new_nccl_is_a_hang_in_the_survivors_teardown() {
     let v = s.cells();
     let c = &v["cells"][0];
     assert_eq!(c["status"], "hang");
-    assert!(c["detail"].as_str().unwrap().starts_with("hang: rank 0 in teardown for "), "{}", c["detail"]);
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.starts_with("hang: rank 0 in teardown for "), "{detail}");
+    assert!(detail.ends_with(", after `teardown=early-exit`; stopped at the 2 s deadline"), "{detail}");
     assert_eq!(c["hung"].as_array().unwrap().len(), 1);
     assert_eq!(c["hung"][0]["phase"], "teardown-start");
     assert_eq!(c["teardown_s"], Value::Null);

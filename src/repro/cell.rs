@@ -234,7 +234,8 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
     let hung = |rank: &str| {
         let phase = m.get(rank).and_then(RankMarkers::last_phase);
         let for_s = phase.and_then(|p| Some(ex.stop_unix? - m[rank].phases[p]));
-        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s }
+        let last = m.get(rank).map(|x| x.last.clone()).filter(|l| !l.is_empty() && !l.starts_with("phase="));
+        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last }
     };
     match plan.workload {
         Workload::Builtin { .. } => ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect(),
@@ -242,7 +243,7 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
             let inside: Vec<Hung> =
                 m.iter().filter(|(_, v)| v.last_phase() != Some("teardown-end")).map(|(r, _)| hung(r)).collect();
             if inside.is_empty() {
-                vec![Hung { rank: "cmd".into(), phase: None, for_s: None }]
+                vec![Hung { rank: "cmd".into(), phase: None, for_s: None, last: None }]
             } else {
                 inside
             }
@@ -266,10 +267,14 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
                 .iter()
                 .map(|h| {
                     let r = if h.rank == "cmd" { "the command".to_string() } else { format!("rank {}", h.rank) };
-                    match (&h.phase, h.for_s) {
+                    let at = match (&h.phase, h.for_s) {
                         (Some(p), Some(s)) => format!("{r} in {} for {s:.1} s", phase_words(p)),
                         (Some(p), None) => format!("{r} in {}", phase_words(p)),
                         _ => r,
+                    };
+                    match &h.last {
+                        Some(l) => format!("{at}, after `{l}`"),
+                        None => at,
                     }
                 })
                 .collect();

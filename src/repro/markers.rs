@@ -19,6 +19,9 @@ pub struct RankMarkers {
     /// Free text after `note:` (e.g. which transport NCCL was left with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The rank's last marker line without the prefix and rank: where a hung rank got to.
+    #[serde(default)]
+    pub last: String,
 }
 
 impl RankMarkers {
@@ -63,6 +66,11 @@ pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
         }
         let Some(rank) = rank else { continue };
         let m = out.entry(rank).or_default();
+        m.last = line.trim_end_matches('\r')[PREFIX.len()..]
+            .split_whitespace()
+            .filter(|t| !t.starts_with("rank="))
+            .collect::<Vec<_>>()
+            .join(" ");
         match (phase, t) {
             (Some(p), Some(t)) => {
                 m.phases.insert(p, t);
@@ -119,6 +127,8 @@ noise
         let r1 = &m["1"];
         assert_eq!(r1.last_phase(), Some("teardown-start"));
         assert_eq!(r1.teardown_s(), None);
+        assert_eq!(r1.last, "phase=teardown-start t=102");
+        assert_eq!(r0.last, "note: with NCCL_HOSTID=x each rank is a node");
         assert!(!r0.phases.contains_key("ignored"));
         assert_eq!(r0.notes, vec!["with NCCL_HOSTID=x each rank is a node".to_string()]);
         assert!(!r0.keys.contains_key("NCCL_HOSTID"));

@@ -117,6 +117,9 @@ pub struct Hung {
     pub phase: Option<String>,
     /// Seconds from that marker to the harness's SIGTERM.
     pub for_s: Option<f64>,
+    /// Its last marker line (e.g. the last teardown step it finished).
+    #[serde(default)]
+    pub last: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
