@@ -43,7 +43,10 @@ fi
 [ -n "$bin" ] && [ -x "$bin" ] || { echo "device-repro.sh: no epdoctor binary; give --epdoctor BIN" >&2; exit 2; }
 [ -n "$libsys" ] || for c in /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/lib64/libnccl.so.2; do [ -f "$c" ] && { libsys=$c; break; }; done
 [ -n "$script" ] || script=$here/examples/torch_teardown.py
-# NVRTC is not on the default loader path there (h200-findings.md).
+# NVRTC is not on the default loader path there (h200-findings.md); the torch run gets the
+# caller's own LD_LIBRARY_PATH back, so torch loads the CUDA libraries of its wheel.
+orig_ldlp=${LD_LIBRARY_PATH-}
+had_ldlp=${LD_LIBRARY_PATH+yes}
 if [ -d /usr/local/cuda/lib64 ]; then export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
 unset NCCL_DEBUG NCCL_DEBUG_FILE
 
@@ -84,7 +87,10 @@ else
 fi
 
 if [ -f "$script" ] && "$py" -c 'import torch' 2>/dev/null; then
-  run torch 590 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 120 -- "$py" "$script"
+  (
+    if [ -n "$had_ldlp" ]; then export LD_LIBRARY_PATH=$orig_ldlp; else unset LD_LIBRARY_PATH; fi
+    run torch 590 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 120 -- "$py" "$script"
+  )
 else
   skip torch "needs torch importable by $py and the script $script"
 fi
