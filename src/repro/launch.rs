@@ -350,7 +350,7 @@ mod tests {
             sh(d.path(), "1", "trap '' TERM; while :; do sleep 1; done"),
             sh(d.path(), "2", "exit 0"),
         ];
-        let ex = execute(&specs, &limits(1.0, 1.0), &NoStop, &mut || {});
+        let ex = execute(&specs, &limits(3.0, 1.0), &NoStop, &mut || {});
         assert!(ex.deadline_hit);
         let o = &ex.outcomes;
         assert!(o[0].deadline && !o[0].sigkill);
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(o[1].signal_name.as_deref(), Some("SIGKILL"));
         assert!(!o[2].deadline && o[2].exit_code == Some(0));
         assert_eq!(o[1].short(), "deadline/SIGKILL");
-        assert!(ex.lines.contains(&"[epdoctor-harness] rank=1 deadline: still running after 1s, sent SIGTERM".into()));
+        assert!(ex.lines.contains(&"[epdoctor-harness] rank=1 deadline: still running after 3s, sent SIGTERM".into()));
         assert!(ex.lines.contains(&"[epdoctor-harness] rank=1 killed after grace period (SIGKILL)".into()));
         assert!(!ex.lines.iter().any(|l| l.contains("rank=2")));
     }
