@@ -14,7 +14,6 @@
 #   BUDGET        stop starting cells after this many seconds (default 450)
 #   WORKER_ARGS   extra worker flags, e.g. "--tokens 1024" (default: DeepEP's test size)
 #   NCCL_DEBUG    default WARN
-#   LABEL         tag for the cell folders and the table title (default: nccl-<version>)
 set -u
 
 LIB=${1:-}

@@ -22,7 +22,9 @@ fn nvrtc_or_skip(test: &str) -> bool {
         return true;
     }
     if std::env::var("EPDOCTOR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-        panic!("{test}: libnvrtc cannot be loaded and EPDOCTOR_REQUIRE_NVRTC=1; put NVRTC's lib folder on LD_LIBRARY_PATH");
+        panic!(
+            "{test}: libnvrtc cannot be loaded and EPDOCTOR_REQUIRE_NVRTC=1; put NVRTC's lib folder on LD_LIBRARY_PATH"
+        );
     }
     notice(&format!("{test} skipped: libnvrtc not found (set LD_LIBRARY_PATH to an NVRTC lib folder to run it)"));
     false
@@ -66,7 +68,11 @@ fn kernels_compile_for_other_architectures() {
         return;
     }
     for arch in ["sm_80", "sm_90a"] {
-        let a = epdoctor().env("XDG_CACHE_HOME", tempfile::tempdir().unwrap().path()).args(["kernels", "--arch", arch]).assert().success();
+        let a = epdoctor()
+            .env("XDG_CACHE_HOME", tempfile::tempdir().unwrap().path())
+            .args(["kernels", "--arch", arch])
+            .assert()
+            .success();
         let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
         assert!(ENTRIES.iter().all(|e| out.contains(e)), "{arch}:\n{out}");
     }

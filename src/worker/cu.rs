@@ -191,7 +191,8 @@ pub struct Module {
 
 impl Module {
     pub fn load_ptx(ptx: &str) -> CuResult<Module> {
-        let c = std::ffi::CString::new(ptx).map_err(|_| CuError { call: "cuModuleLoadData", code: CUresult::CUDA_ERROR_INVALID_IMAGE })?;
+        let c = std::ffi::CString::new(ptx)
+            .map_err(|_| CuError { call: "cuModuleLoadData", code: CUresult::CUDA_ERROR_INVALID_IMAGE })?;
         let mut m = std::ptr::null_mut();
         ck("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut m, c.as_ptr() as *const c_void) })?;
         Ok(Module { module: m })
@@ -210,10 +211,11 @@ impl Module {
 }
 
 /// Kernel parameters, each in its own 8-byte slot (the driver reads the parameter's own size from
-/// the start of the slot, which on little-endian holds a 4-byte value's bits).
+/// the start of the slot, which on little-endian holds a 4-byte value's bits). Pointers to the
+/// slots are taken only at launch, after the last push.
 #[derive(Default)]
 pub struct Args {
-    slots: Vec<Box<u64>>,
+    slots: Vec<u64>,
 }
 
 impl Args {
@@ -221,24 +223,24 @@ impl Args {
         Self::default()
     }
     pub fn ptr(mut self, p: CUdeviceptr) -> Self {
-        self.slots.push(Box::new(p));
+        self.slots.push(p);
         self
     }
     pub fn u64(self, v: u64) -> Self {
         self.ptr(v)
     }
     pub fn i32(mut self, v: i32) -> Self {
-        self.slots.push(Box::new(v as u32 as u64));
+        self.slots.push(v as u32 as u64);
         self
     }
     pub fn u32(mut self, v: u32) -> Self {
-        self.slots.push(Box::new(v as u64));
+        self.slots.push(v as u64);
         self
     }
 }
 
-pub fn launch(f: sys::CUfunction, grid: u32, block: u32, smem: u32, s: sys::CUstream, args: Args) -> CuResult<()> {
-    let mut ptrs: Vec<*mut c_void> = args.slots.iter().map(|b| &**b as *const u64 as *mut c_void).collect();
+pub fn launch(f: sys::CUfunction, grid: u32, block: u32, smem: u32, s: sys::CUstream, mut args: Args) -> CuResult<()> {
+    let mut ptrs: Vec<*mut c_void> = args.slots.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
     // SAFETY: the slots live until the call returns; the driver copies the values at launch.
     ck("cuLaunchKernel", unsafe {
         sys::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem, s, ptrs.as_mut_ptr(), std::ptr::null_mut())

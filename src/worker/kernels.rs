@@ -121,7 +121,8 @@ pub fn compile(unit: &'static str, arch: &str, use_cache: bool) -> Result<Compil
     if !nvrtc_present() {
         bail!(nvrtc_missing_message());
     }
-    let src = sources().find(|(p, _)| *p == unit).map(|(_, c)| c).with_context(|| format!("no embedded kernel {unit}"))?;
+    let src =
+        sources().find(|(p, _)| *p == unit).map(|(_, c)| c).with_context(|| format!("no embedded kernel {unit}"))?;
     let ver = nvrtc_version()?;
     let start = Instant::now();
     let stem = Path::new(unit).file_stem().and_then(|s| s.to_str()).unwrap_or("kernel");
@@ -130,11 +131,19 @@ pub fn compile(unit: &'static str, arch: &str, use_cache: bool) -> Result<Compil
         if let Some(ptx) = cache_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
             if ptx.contains(".entry") {
                 let entries = ptx_entries(&ptx);
-                return Ok(Compiled { unit, arch: arch.into(), ptx, entries, origin: "cache", secs: start.elapsed().as_secs_f64() });
+                return Ok(Compiled {
+                    unit,
+                    arch: arch.into(),
+                    ptx,
+                    entries,
+                    origin: "cache",
+                    secs: start.elapsed().as_secs_f64(),
+                });
             }
         }
     }
-    let ptx = nvrtc_compile(unit, src, arch).with_context(|| format!("NVRTC {}.{} compiling {unit} for {arch}", ver.0, ver.1))?;
+    let ptx = nvrtc_compile(unit, src, arch)
+        .with_context(|| format!("NVRTC {}.{} compiling {unit} for {arch}", ver.0, ver.1))?;
     if let Some(f) = &cache_file {
         // Best effort: a read-only home only costs a recompile next time.
         let _ = write_atomic(f, ptx.as_bytes());
@@ -244,7 +253,13 @@ mod tests {
 
     #[test]
     fn cache_key_depends_on_arch() {
-        assert_ne!(cache_key("kernels/intranode.cu", "sm_90", (12, 9)), cache_key("kernels/intranode.cu", "sm_80", (12, 9)));
-        assert_ne!(cache_key("kernels/intranode.cu", "sm_90", (12, 9)), cache_key("kernels/intranode.cu", "sm_90", (13, 0)));
+        assert_ne!(
+            cache_key("kernels/intranode.cu", "sm_90", (12, 9)),
+            cache_key("kernels/intranode.cu", "sm_80", (12, 9))
+        );
+        assert_ne!(
+            cache_key("kernels/intranode.cu", "sm_90", (12, 9)),
+            cache_key("kernels/intranode.cu", "sm_90", (13, 0))
+        );
     }
 }

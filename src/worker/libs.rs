@@ -37,7 +37,8 @@ pub fn ensure_nccl_lib(lib: &Path, scratch: &Path) -> Result<()> {
     for name in ["libnccl.so", "libnccl.so.2"] {
         let link = dir.join(name);
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(lib, &link).with_context(|| format!("linking {} -> {}", link.display(), lib.display()))?;
+        std::os::unix::fs::symlink(lib, &link)
+            .with_context(|| format!("linking {} -> {}", link.display(), lib.display()))?;
     }
     let mut ld = OsString::from(dir.as_os_str());
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
@@ -47,7 +48,8 @@ pub fn ensure_nccl_lib(lib: &Path, scratch: &Path) -> Result<()> {
     let exe = std::env::current_exe().context("locating the epdoctor binary to re-execute")?;
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_else(|| exe.clone().into_os_string());
-    let err = std::process::Command::new(&exe).arg0(argv0).args(args).env("LD_LIBRARY_PATH", ld).env(REEXEC_VAR, lib).exec();
+    let err =
+        std::process::Command::new(&exe).arg0(argv0).args(args).env("LD_LIBRARY_PATH", ld).env(REEXEC_VAR, lib).exec();
     Err(err).with_context(|| format!("re-executing {} with {} first on LD_LIBRARY_PATH", exe.display(), dir.display()))
 }
 
@@ -58,7 +60,9 @@ pub fn loaded_nccl_files() -> Vec<PathBuf> {
     for line in maps.lines() {
         let Some(path) = line.split_whitespace().nth(5) else { continue };
         let p = Path::new(path);
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnccl")) && !out.iter().any(|o| o == p) {
+        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnccl"))
+            && !out.iter().any(|o| o == p)
+        {
             out.push(p.to_path_buf());
         }
     }

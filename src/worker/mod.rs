@@ -77,8 +77,12 @@ impl Teardown {
             Teardown::Leak => "IPC barrier, then exit with the communicator and the IPC mappings open",
             Teardown::EarlyExit => "the last rank exits before the barrier; the others tear down cleanly",
             Teardown::KillPeer => "the last rank SIGKILLs itself after the work; the others then tear down cleanly",
-            Teardown::KillInflight => "the last rank dies while the others are inside an all-reduce; they poll for the error, then abort",
-            Teardown::FreeBeforeClose => "the last rank frees its IPC buffer while peers still map it; they read it once more, then tear down",
+            Teardown::KillInflight => {
+                "the last rank dies while the others are inside an all-reduce; they poll for the error, then abort"
+            }
+            Teardown::FreeBeforeClose => {
+                "the last rank frees its IPC buffer while peers still map it; they read it once more, then tear down"
+            }
             Teardown::NoBarrier => "close, free, finalize + destroy with no barrier first",
         }
     }
@@ -156,7 +160,8 @@ fn short_code(e: &anyhow::Error) -> String {
 
 pub fn run(args: &WorkerArgs) -> Result<u8> {
     let mode = Teardown::parse(&args.teardown)?;
-    let shape = Shape { world: args.world, tokens: args.tokens, hidden: args.hidden, experts: args.experts, topk: args.topk };
+    let shape =
+        Shape { world: args.world, tokens: args.tokens, hidden: args.hidden, experts: args.experts, topk: args.topk };
     shape.validate().map_err(anyhow::Error::msg)?;
     if args.rank >= args.world {
         bail!("--rank {} is out of range for --world {} (ranks are 0..{})", args.rank, args.world, args.world - 1);
@@ -185,7 +190,10 @@ pub fn run(args: &WorkerArgs) -> Result<u8> {
     out.phase("init");
     let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
     if nccl_code < 21400 {
-        bail!("NCCL {} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)", nccl::version_string(nccl_code));
+        bail!(
+            "NCCL {} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)",
+            nccl::version_string(nccl_code)
+        );
     }
     let loaded = libs::loaded_nccl_files();
     if let Some(req) = &requested {
@@ -199,7 +207,11 @@ pub fn run(args: &WorkerArgs) -> Result<u8> {
         }
     }
     let lib_shown = loaded.first().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into());
-    out.line(format_args!("nccl_version={} nccl_lib={}", nccl::version_string(nccl_code), lib_shown.replace(' ', "%20")));
+    out.line(format_args!(
+        "nccl_version={} nccl_lib={}",
+        nccl::version_string(nccl_code),
+        lib_shown.replace(' ', "%20")
+    ));
 
     let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_code) {
         Ok(w) => w,
@@ -306,7 +318,14 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    fn init(args: &WorkerArgs, shape: Shape, mode: Teardown, timeouts: Timeouts, out: &'a Out, nccl_code: i32) -> Result<Self> {
+    fn init(
+        args: &WorkerArgs,
+        shape: Shape,
+        mode: Teardown,
+        timeouts: Timeouts,
+        out: &'a Out,
+        nccl_code: i32,
+    ) -> Result<Self> {
         let me = args.rank;
         let world = shape.world;
         let rdv = Rendezvous { dir: args.rendezvous.clone(), rank: me, world, timeout: timeouts.rendezvous };
@@ -319,7 +338,10 @@ impl<'a> Worker<'a> {
         }
         let ordinal = (me % count as usize) as i32;
         let dev = cu::device(ordinal)?;
-        let (major, minor) = (cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let (major, minor) = (
+            cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         let sms = cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let drv = cu::driver_version()?;
         let name = cu::device_name(dev)?.replace(' ', "_");
@@ -366,7 +388,10 @@ impl<'a> Worker<'a> {
         let unit = "kernels/intranode.cu";
         let compiled = kernels::compile(unit, &arch, true)?;
         let (nv_major, nv_minor) = kernels::nvrtc_version()?;
-        out.line(format_args!("kernels={} arch={arch} nvrtc={nv_major}.{nv_minor} compile_s={:.3}", compiled.origin, compiled.secs));
+        out.line(format_args!(
+            "kernels={} arch={arch} nvrtc={nv_major}.{nv_minor} compile_s={:.3}",
+            compiled.origin, compiled.secs
+        ));
         let module = cu::Module::load_ptx(&compiled.ptx)?;
         let k = Kernels {
             notify: module.function("ep_notify")?,
@@ -417,7 +442,10 @@ impl<'a> Worker<'a> {
         // NCCL: rank 0 publishes the unique id; everyone joins.
         let id = if me == 0 {
             if rdv.path(rendezvous::NCCL_ID_FILE).exists() {
-                bail!("{} already holds an NCCL id from an earlier run: give every run a fresh --rendezvous folder", rdv.dir.display());
+                bail!(
+                    "{} already holds an NCCL id from an earlier run: give every run a fresh --rendezvous folder",
+                    rdv.dir.display()
+                );
             }
             let id = nccl::unique_id()?;
             rdv.write(rendezvous::NCCL_ID_FILE, &id)?;
@@ -425,7 +453,12 @@ impl<'a> Worker<'a> {
         } else {
             let id = rdv.wait_read(rendezvous::NCCL_ID_FILE, "rank 0's NCCL unique id")?;
             if id.len() != nccl::UNIQUE_ID_BYTES {
-                bail!("{}: {} bytes, expected {}", rdv.path(rendezvous::NCCL_ID_FILE).display(), id.len(), nccl::UNIQUE_ID_BYTES);
+                bail!(
+                    "{}: {} bytes, expected {}",
+                    rdv.path(rendezvous::NCCL_ID_FILE).display(),
+                    id.len(),
+                    nccl::UNIQUE_ID_BYTES
+                );
             }
             id
         };
@@ -454,15 +487,24 @@ impl<'a> Worker<'a> {
                 peer_data[r] = b.data;
                 peer_signal[r] = b.signal;
             } else {
-                peer_data[r] = cu::ipc_open(&h[..cu::IPC_HANDLE_BYTES]).with_context(|| format!("opening rank {r}'s data buffer"))?;
-                peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..]).with_context(|| format!("opening rank {r}'s signal buffer"))?;
+                peer_data[r] = cu::ipc_open(&h[..cu::IPC_HANDLE_BYTES])
+                    .with_context(|| format!("opening rank {r}'s data buffer"))?;
+                peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..])
+                    .with_context(|| format!("opening rank {r}'s signal buffer"))?;
             }
         }
         out.line(format_args!("ipc_open=ok ipc_open_s={:.6} peers={}", t0.elapsed().as_secs_f64(), world - 1));
         cu::htod(b.peer_data_tab, &peer_data)?;
         cu::htod(b.peer_signal_tab, &peer_signal)?;
 
-        let ev = [cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?, cu::event_create()?];
+        let ev = [
+            cu::event_create()?,
+            cu::event_create()?,
+            cu::event_create()?,
+            cu::event_create()?,
+            cu::event_create()?,
+            cu::event_create()?,
+        ];
         Ok(Worker {
             out,
             me,
@@ -734,8 +776,12 @@ impl<'a> Worker<'a> {
             ));
             Ok(true)
         } else {
-            let why = rep.failure.clone().unwrap_or_else(|| format!("the all-reduce gave {} rows, expected {all_rows}", red[0]));
-            self.out.line(format_args!("check=fail rows_checked={} max_abs_err={:.6}", rep.rows_checked, rep.max_abs_err));
+            let why = rep
+                .failure
+                .clone()
+                .unwrap_or_else(|| format!("the all-reduce gave {} rows, expected {all_rows}", red[0]));
+            self.out
+                .line(format_args!("check=fail rows_checked={} max_abs_err={:.6}", rep.rows_checked, rep.max_abs_err));
             self.out.note(&format!("check failed: {why}"));
             Ok(false)
         }
@@ -924,7 +970,9 @@ impl<'a> Worker<'a> {
             Teardown::KillInflight if last => {
                 let others: Vec<_> = (0..self.me).collect();
                 for r in others {
-                    if let Err(e) = self.rdv.wait_read(&format!("inflight-{r}"), &format!("rank {r} to start its all-reduce")) {
+                    if let Err(e) =
+                        self.rdv.wait_read(&format!("inflight-{r}"), &format!("rank {r} to start its all-reduce"))
+                    {
                         eprintln!("epdoctor worker rank {}: {e:#}", self.me);
                     }
                 }
@@ -933,7 +981,8 @@ impl<'a> Worker<'a> {
             }
             Teardown::FreeBeforeClose if last => {
                 let data = self.b.data;
-                let mut ok = self.step("free_exported_buffer", || cu::free(data).map(|_| String::new()).map_err(|e| e.name()));
+                let mut ok =
+                    self.step("free_exported_buffer", || cu::free(data).map(|_| String::new()).map_err(|e| e.name()));
                 self.data_freed = true;
                 if self.rdv.write("freed", b"").is_err() {
                     ok = false;
@@ -945,7 +994,10 @@ impl<'a> Worker<'a> {
                 let last_rank = self.shape.world - 1;
                 let gone = self.step("wait_peer_exit", || {
                     let pid = self.rdv.pid_of(last_rank).map_err(|_| "no-pid-file".to_string())?;
-                    self.rdv.wait_exited(pid).map(|_| format!("peer_pid={pid}")).map_err(|_| "still-running".to_string())
+                    self.rdv
+                        .wait_exited(pid)
+                        .map(|_| format!("peer_pid={pid}"))
+                        .map_err(|_| "still-running".to_string())
                 });
                 gone & self.clean_sequence(true)
             }
@@ -998,14 +1050,24 @@ pub fn kernels_command(args: &KernelsArgs) -> Result<u8> {
         if c.entries.is_empty() {
             bail!("{u}: NVRTC produced PTX without any entry point");
         }
-        writeln!(stdout, "{u}: {} entry points, {:.1} KiB of PTX, {:.2} s", c.entries.len(), c.ptx.len() as f64 / 1024.0, c.secs)?;
+        writeln!(
+            stdout,
+            "{u}: {} entry points, {:.1} KiB of PTX, {:.2} s",
+            c.entries.len(),
+            c.ptx.len() as f64 / 1024.0,
+            c.secs
+        )?;
         for e in &c.entries {
             writeln!(stdout, "  {e}")?;
         }
         if let Some(dir) = &args.out {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let f = ptx_path(dir, u, &args.arch);
-            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&f).with_context(|| format!("creating {}", f.display()))?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&f)
+                .with_context(|| format!("creating {}", f.display()))?;
             file.write_all(c.ptx.as_bytes())?;
             writeln!(stdout, "  wrote {}", f.display())?;
         }

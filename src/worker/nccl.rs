@@ -39,7 +39,11 @@ fn last_error(comm: sys::ncclComm_t) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
 }
 
-fn ck(call: &'static str, comm: sys::ncclComm_t, r: Result<result::NcclStatus, result::NcclError>) -> Result<(), NcclFail> {
+fn ck(
+    call: &'static str,
+    comm: sys::ncclComm_t,
+    r: Result<result::NcclStatus, result::NcclError>,
+) -> Result<(), NcclFail> {
     match r {
         Ok(_) => Ok(()),
         Err(e) => Err(NcclFail { call, name: result_name(e.0), detail: last_error(comm) }),
@@ -48,7 +52,11 @@ fn ck(call: &'static str, comm: sys::ncclComm_t, r: Result<result::NcclStatus, r
 
 /// The version code the loaded library reports (e.g. 22803).
 pub fn version_code() -> Result<i32, NcclFail> {
-    result::get_nccl_version().map_err(|e| NcclFail { call: "ncclGetVersion", name: result_name(e.0), detail: String::new() })
+    result::get_nccl_version().map_err(|e| NcclFail {
+        call: "ncclGetVersion",
+        name: result_name(e.0),
+        detail: String::new(),
+    })
 }
 
 /// "2.28.3" from 22803 (and the pre-2.9 encoding, 2804 -> 2.8.4).
@@ -63,7 +71,11 @@ pub fn version_string(code: i32) -> String {
 pub const UNIQUE_ID_BYTES: usize = 128;
 
 pub fn unique_id() -> Result<[u8; UNIQUE_ID_BYTES], NcclFail> {
-    let id = result::get_uniqueid().map_err(|e| NcclFail { call: "ncclGetUniqueId", name: result_name(e.0), detail: last_error(std::ptr::null_mut()) })?;
+    let id = result::get_uniqueid().map_err(|e| NcclFail {
+        call: "ncclGetUniqueId",
+        name: result_name(e.0),
+        detail: last_error(std::ptr::null_mut()),
+    })?;
     let mut out = [0u8; UNIQUE_ID_BYTES];
     for (o, c) in out.iter_mut().zip(id.internal.iter()) {
         *o = *c as u8;
@@ -90,15 +102,34 @@ fn stream(s: CUstream) -> sys::cudaStream_t {
 }
 
 impl Comm {
-    pub fn all_gather_bytes(&self, send: CUdeviceptr, recv: CUdeviceptr, bytes: usize, s: CUstream) -> Result<(), NcclFail> {
+    pub fn all_gather_bytes(
+        &self,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        bytes: usize,
+        s: CUstream,
+    ) -> Result<(), NcclFail> {
         // SAFETY: device buffers of `bytes` and `world * bytes`.
         let r = unsafe {
-            result::all_gather(send as *const c_void, recv as *mut c_void, bytes, sys::ncclDataType_t::ncclUint8, self.0, stream(s))
+            result::all_gather(
+                send as *const c_void,
+                recv as *mut c_void,
+                bytes,
+                sys::ncclDataType_t::ncclUint8,
+                self.0,
+                stream(s),
+            )
         };
         ck("ncclAllGather", self.0, r)
     }
 
-    pub fn all_reduce_sum_i32(&self, send: CUdeviceptr, recv: CUdeviceptr, count: usize, s: CUstream) -> Result<(), NcclFail> {
+    pub fn all_reduce_sum_i32(
+        &self,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        count: usize,
+        s: CUstream,
+    ) -> Result<(), NcclFail> {
         // SAFETY: device buffers of `count` int32.
         let r = unsafe {
             result::all_reduce(

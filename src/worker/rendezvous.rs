@@ -40,7 +40,11 @@ impl Rendezvous {
                 Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
             }
             if start.elapsed() > self.timeout {
-                bail!("waited {:.0} s for {what} ({}); the rank that writes it never got there", self.timeout.as_secs_f64(), p.display());
+                bail!(
+                    "waited {:.0} s for {what} ({}); the rank that writes it never got there",
+                    self.timeout.as_secs_f64(),
+                    p.display()
+                );
             }
             std::thread::sleep(poll_interval(start));
         }
@@ -96,7 +100,9 @@ fn poll_interval(start: Instant) -> Duration {
 pub fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name, which may itself hold spaces.
-        Ok(s) => s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Ok(s) => {
+            s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X")
+        }
         Err(_) => false,
     }
 }
@@ -105,7 +111,12 @@ pub fn process_alive(pid: i32) -> bool {
 pub fn env_secs(name: &str, default: f64) -> Result<Duration> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => {
-            let s: f64 = v.trim().parse().ok().filter(|s: &f64| s.is_finite() && *s > 0.0).with_context(|| format!("{name}={v}: expected a positive number of seconds"))?;
+            let s: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .with_context(|| format!("{name}={v}: expected a positive number of seconds"))?;
             Ok(Duration::from_secs_f64(s))
         }
         _ => Ok(Duration::from_secs_f64(default)),

@@ -38,7 +38,10 @@ impl Shape {
             return Err(format!("--tokens {}: between 1 and 1048576", s.tokens));
         }
         if s.hidden == 0 || s.hidden % 8 != 0 || s.hidden > 1 << 16 {
-            return Err(format!("--hidden {}: a positive multiple of 8 (16-byte rows of bf16), at most 65536", s.hidden));
+            return Err(format!(
+                "--hidden {}: a positive multiple of 8 (16-byte rows of bf16), at most 65536",
+                s.hidden
+            ));
         }
         if s.experts == 0 || s.experts % s.world != 0 {
             return Err(format!("--experts {}: must be a positive multiple of --world {}", s.experts, s.world));
@@ -251,10 +254,23 @@ pub struct CheckReport {
 }
 
 /// Compare the device's layout, received rows and combined output with the CPU reference.
-pub fn check(me: usize, shape: &Shape, layouts: &[Layout], my_x: &[u16], my_idx: &[i32], my_w: &[f32], obs: &Observed) -> CheckReport {
+pub fn check(
+    me: usize,
+    shape: &Shape,
+    layouts: &[Layout],
+    my_x: &[u16],
+    my_idx: &[i32],
+    my_w: &[f32],
+    obs: &Observed,
+) -> CheckReport {
     let (w, h, k, el) = (shape.world, shape.hidden, shape.topk, shape.experts_per_rank());
     let exp = expected(me, layouts, shape);
-    let fail = |msg: String, rows: usize, err: f32| CheckReport { ok: false, rows_checked: rows, max_abs_err: err, failure: Some(msg) };
+    let fail = |msg: String, rows: usize, err: f32| CheckReport {
+        ok: false,
+        rows_checked: rows,
+        max_abs_err: err,
+        failure: Some(msg),
+    };
     let got = |i: usize| obs.meta[i] as i64;
     for r in 0..w {
         if got(r) != exp.send_base[r] as i64 {
@@ -269,7 +285,11 @@ pub fn check(me: usize, shape: &Shape, layouts: &[Layout], my_x: &[u16], my_idx:
     }
     for l in 0..el {
         if got(2 * w + 1 + l) != exp.expert_recv[l] as i64 {
-            return fail(format!("tokens for local expert {l}: {} expected {}", got(2 * w + 1 + l), exp.expert_recv[l]), 0, 0.0);
+            return fail(
+                format!("tokens for local expert {l}: {} expected {}", got(2 * w + 1 + l), exp.expert_recv[l]),
+                0,
+                0.0,
+            );
         }
     }
     // Every received row: right source token, bit-exact content.
@@ -283,7 +303,11 @@ pub fn check(me: usize, shape: &Shape, layouts: &[Layout], my_x: &[u16], my_idx:
             }
             let slot = exp.recv_base[s] + p as usize;
             if obs.recv_src[slot] != t as i32 {
-                return fail(format!("recv row {slot} (rank {s}'s chunk) holds token {}, expected {t}", obs.recv_src[slot]), rows, 0.0);
+                return fail(
+                    format!("recv row {slot} (rank {s}'s chunk) holds token {}, expected {t}", obs.recv_src[slot]),
+                    rows,
+                    0.0,
+                );
             }
             gen_row(s, t, &mut row);
             if obs.recv_x[slot * h..(slot + 1) * h] != row[..] {
@@ -301,11 +325,11 @@ pub fn check(me: usize, shape: &Shape, layouts: &[Layout], my_x: &[u16], my_idx:
         let wr = rank_weights(&my_idx[t * k..(t + 1) * k], &my_w[t * k..(t + 1) * k], shape);
         let dests: Vec<(usize, f32)> = (0..w).filter(|&r| my_lay.pos[t * w + r] >= 0).map(|r| (r, wr[r])).collect();
         combine_row(&my_x[t * h..(t + 1) * h], &dests, &mut refrow);
-        for j in 0..h {
-            let a = bf16_to_f32(obs.out[t * h + j]);
-            let b = bf16_to_f32(refrow[j]);
+        for (j, (&got, &want)) in obs.out[t * h..(t + 1) * h].iter().zip(&refrow).enumerate() {
+            let (a, b) = (bf16_to_f32(got), bf16_to_f32(want));
             let err = (a - b).abs();
-            if !(err <= 1e-2 * b.abs() + 1e-3) {
+            // NaN (a 0xffff row never written) fails too.
+            if err.is_nan() || err > 1e-2 * b.abs() + 1e-3 {
                 return fail(format!("combined token {t} element {j}: {a} expected {b}"), rows, err.max(max_err));
             }
             max_err = max_err.max(err);
@@ -375,8 +399,11 @@ mod tests {
         assert_eq!(lay.expert_counts.iter().sum::<usize>(), s.tokens * s.topk);
     }
 
+    /// (layouts, meta, recv_x, recv_src, out, x, topk_idx, topk_w)
+    type Sim = (Vec<Layout>, Vec<i32>, Vec<u16>, Vec<i32>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>);
+
     /// Build what a correct device run would hold on rank `me`, entirely on the CPU.
-    fn simulate(me: usize, s: &Shape) -> (Vec<Layout>, Vec<i32>, Vec<u16>, Vec<i32>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>) {
+    fn simulate(me: usize, s: &Shape) -> Sim {
         let tk: Vec<_> = (0..s.world).map(|r| gen_topk(r, s)).collect();
         let lays: Vec<_> = tk.iter().map(|(i, _)| layout(i, s)).collect();
         let e = expected(me, &lays, s);
@@ -449,7 +476,7 @@ mod tests {
     fn validation_names_the_bad_flag() {
         let ok = Shape { world: 4, tokens: 4096, hidden: 7168, experts: 256, topk: 8 };
         assert!(ok.validate().is_ok());
-        assert!(Shape { hidden: 7 , ..ok }.validate().unwrap_err().contains("--hidden"));
+        assert!(Shape { hidden: 7, ..ok }.validate().unwrap_err().contains("--hidden"));
         assert!(Shape { experts: 250, ..ok }.validate().unwrap_err().contains("--experts"));
         assert!(Shape { topk: 300, ..ok }.validate().unwrap_err().contains("--topk"));
         assert!(Shape { world: 33, ..ok }.validate().unwrap_err().contains("--world"));
