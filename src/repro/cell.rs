@@ -55,8 +55,9 @@ pub fn run_cell(
     let membership =
         Membership { pgids: ex.pgids.clone(), env: (CELL_ENV.into(), cell_dir.to_string_lossy().into_owned()) };
     let mut procs = leftovers::settle(&membership, SETTLE);
-    // Sockets and shm files are looked at while their holders are still alive.
-    let (shm, sockets) = leftovers::new_since(&before, &launcher.shm_dir);
+    // Sockets are looked at while their holders are still alive.
+    let shm = leftovers::new_shm(&before, &launcher.shm_dir);
+    let sockets = leftovers::held_sockets(&procs);
     leftovers::kill_all(&membership, &mut procs, KILL_WAIT);
     let left = Leftovers { processes: procs, shm, sockets };
 

@@ -33,6 +33,9 @@ pub struct LeftoverProcess {
     pub gpu: Vec<String>,
     /// Still there after SIGKILL.
     pub survived_kill: bool,
+    /// Inodes of the sockets it holds (to attribute NCCL's abstract sockets).
+    #[serde(skip)]
+    pub socket_inodes: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,15 +98,15 @@ pub fn shm_dir() -> PathBuf {
     std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| "/dev/shm".into())
 }
 
-/// NCCL files and sockets present before the cell, so only new ones count.
+/// NCCL shm files present before the cell, so only new ones count. (Files outlive their creators,
+/// so they are attributed by time; sockets die with their holders and are attributed by holder.)
 #[derive(Debug, Default)]
 pub struct Before {
     shm: HashMap<String, u64>,
-    sockets: HashSet<u64>,
 }
 
 pub fn snapshot(dir: &Path) -> Before {
-    Before { shm: shm_files(dir), sockets: nccl_sockets().into_iter().map(|(ino, _)| ino).collect() }
+    Before { shm: shm_files(dir) }
 }
 
 /// name -> inode of our NCCL shm files.
@@ -138,16 +141,22 @@ fn parse_sockets<R: std::io::BufRead>(r: R) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// NCCL shm files and sockets that appeared since `before`.
-pub fn new_since(before: &Before, dir: &Path) -> (Vec<String>, Vec<String>) {
+/// NCCL shm files that appeared since `before`.
+pub fn new_shm(before: &Before, dir: &Path) -> Vec<String> {
     let mut shm: Vec<String> =
         shm_files(dir).into_iter().filter(|(n, ino)| before.shm.get(n) != Some(ino)).map(|(n, _)| n).collect();
     shm.sort();
+    shm
+}
+
+/// NCCL's abstract sockets held open by these processes.
+pub fn held_sockets(procs: &[LeftoverProcess]) -> Vec<String> {
+    let held: HashSet<u64> = procs.iter().flat_map(|p| p.socket_inodes.iter().copied()).collect();
     let mut sockets: Vec<String> =
-        nccl_sockets().into_iter().filter(|(ino, _)| !before.sockets.contains(ino)).map(|(_, p)| p).collect();
+        nccl_sockets().into_iter().filter(|(ino, _)| held.contains(ino)).map(|(_, p)| p).collect();
     sockets.sort();
     sockets.dedup();
-    (shm, sockets)
+    sockets
 }
 
 /// Live (not zombie) processes that belong to the cell, except epdoctor itself.
@@ -176,25 +185,29 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             .filter(|c| !c.is_empty())
             .map(|c| c.join(" "))
             .unwrap_or_else(|| format!("[{}]", stat.comm));
-        out.push(LeftoverProcess { pid: p.pid, pgid: stat.pgrp, cmd, gpu: gpu_devices(&p), survived_kill: false });
+        let (gpu, socket_inodes) = open_files(&p);
+        out.push(LeftoverProcess { pid: p.pid, pgid: stat.pgrp, cmd, gpu, survived_kill: false, socket_inodes });
     }
     out.sort_by_key(|p| p.pid);
     out
 }
 
-fn gpu_devices(p: &Process) -> Vec<String> {
-    let Ok(fds) = p.fd() else { return Vec::new() };
-    let mut devs: Vec<String> = fds
-        .flatten()
-        .filter_map(|fd| match fd.target {
-            FDTarget::Path(path) => Some(path.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .filter(|t| is_gpu_node(t))
-        .collect();
+/// The GPU device nodes and the sockets a process has open.
+fn open_files(p: &Process) -> (Vec<String>, Vec<u64>) {
+    let (mut devs, mut socks) = (Vec::new(), Vec::new());
+    let Ok(fds) = p.fd() else { return (devs, socks) };
+    for fd in fds.flatten() {
+        match fd.target {
+            FDTarget::Path(path) if is_gpu_node(&path.to_string_lossy()) => {
+                devs.push(path.to_string_lossy().into_owned())
+            }
+            FDTarget::Socket(inode) => socks.push(inode),
+            _ => {}
+        }
+    }
     devs.sort();
     devs.dedup();
-    devs
+    (devs, socks)
 }
 
 /// `/dev/nvidia0`..: one GPU. `/dev/nvidiactl` and `/dev/nvidia-uvm` are opened by any CUDA
@@ -271,19 +284,22 @@ Num       RefCount Protocol Flags    Type St Inode Path
     }
 
     #[test]
-    fn new_abstract_socket_and_shm_file_are_seen() {
+    fn new_shm_file_and_held_abstract_socket_are_seen() {
         use std::os::linux::net::SocketAddrExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("nccl-old"), b"").unwrap();
         let before = snapshot(dir.path());
+        std::fs::write(dir.path().join("nccl-new"), b"").unwrap();
+        std::fs::write(dir.path().join("torch_123"), b"").unwrap();
+        assert_eq!(new_shm(&before, dir.path()), vec!["nccl-new".to_string()]);
+
         let name = format!("/tmp/nccl-socket-epdoctor-test-{}", std::process::id());
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
-        std::fs::write(dir.path().join("nccl-new"), b"").unwrap();
-        std::fs::write(dir.path().join("torch_123"), b"").unwrap();
-        let (shm, sockets) = new_since(&before, dir.path());
-        assert_eq!(shm, vec!["nccl-new".to_string()]);
-        assert!(sockets.contains(&format!("@{name}")), "{sockets:?}");
+        let (_, socket_inodes) = open_files(&Process::myself().unwrap());
+        let me = LeftoverProcess { socket_inodes, ..Default::default() };
+        assert!(held_sockets(&[me]).contains(&format!("@{name}")));
+        assert!(held_sockets(&[LeftoverProcess::default()]).is_empty(), "held by nobody of the cell");
     }
 
     #[test]
