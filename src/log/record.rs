@@ -92,7 +92,48 @@ pub fn strip_rank_prefix(line: &str) -> (Option<u32>, &str) {
     (rank, rest)
 }
 
+/// Substrings of which every line that `level_of` rates `Warn` or `Error` holds at least one,
+/// unless `positional_warn` holds for it. `explain` skips the lines that hold none of these and no
+/// rule literal without looking at them further, so a new case in `level_of` needs its literal
+/// here (the tests `warn_literals_cover_level_of*` check it).
+pub const WARN_LITERALS: &[&str] = &[
+    " NCCL WARN",
+    "[epdoctor-harness] ",
+    "Error",
+    "Exception",
+    "KeyboardInterrupt",
+    "SystemExit",
+    "terminate called after throwing",
+    "Segmentation fault",
+    "Bus error",
+    "Fatal Python error",
+    "Aborted (core dumped)",
+    "ERROR:",
+    "CRITICAL:",
+    "FATAL:",
+    "[ERROR]",
+    "WARNING:",
+    "[WARNING]",
+    "WARN:",
+    "Warning: ",
+    " - ERROR - ",
+    " - CRITICAL - ",
+    " - WARNING - ",
+    ": non-zero status: ",
+    "NVSHMEM ERROR",
+    " ERROR: ",
+    "NVRM: Xid",
+    "Out of memory: Killed process",
+];
+
+/// Whether `line` (rank prefix stripped) starts with a c10/glog warning or error severity, the
+/// one way to `Warn`/`Error` in `level_of` that no literal of `WARN_LITERALS` covers.
+pub fn positional_warn(line: &str) -> bool {
+    c10_level(line.as_bytes()).is_some_and(|l| l >= Level::Warn)
+}
+
 /// The level of a line, cheaply (no full parse). `line` has its rank prefix stripped.
+/// Keep `WARN_LITERALS` in step with what makes a line `Warn` or `Error` here.
 pub fn level_of(line: &str) -> Level {
     let b = line.as_bytes();
     if let Some(i) = find(b, b" NCCL ") {
@@ -157,18 +198,13 @@ pub fn level_of(line: &str) -> Level {
 }
 
 fn harness_level(line: &str) -> Level {
-    if line.contains(" exit=0") && !line.contains("deadline") {
+    // Everything the harness reports is a failure except a clean exit, a phase note and leftovers.
+    if line.contains(" exit=0") && !line.contains("deadline") || line.contains(" last phase=") {
         Level::Info
-    } else if line.contains(" exit=")
-        || line.contains(" signal=")
-        || line.contains("deadline")
-        || line.contains("killed")
-    {
-        Level::Error
-    } else if line.contains("leftover") {
+    } else if line.contains(" leftover ") {
         Level::Warn
     } else {
-        Level::Info
+        Level::Error
     }
 }
 
@@ -212,10 +248,7 @@ fn c10_level(b: &[u8]) -> Option<Level> {
 }
 
 fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    if n.len() > h.len() {
-        return None;
-    }
-    h.windows(n.len()).position(|w| w == n)
+    memchr::memmem::find(h, n)
 }
 
 /// The full parse of a line (rank prefix already stripped by the caller and passed in `rank`).
@@ -336,10 +369,12 @@ fn parse_c10<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Recor
     let mut ts = None;
     let mut toks = inner.split_whitespace().collect::<Vec<_>>();
     if let (Some(date), Some(time)) = (toks.first(), toks.get(1)) {
-        if date.len() == 4 && date.bytes().all(|c| c.is_ascii_digit()) {
-            let month: u32 = date[..2].parse().ok()?;
-            let day: u32 = date[2..].parse().ok()?;
-            ts = hms(time).map(|s| day_of_year(2001, month, day) as f64 * 86400.0 + s);
+        // c10 prints the month unpadded (`W515` is May 15), glog pads it (`W0515`).
+        if (3..=4).contains(&date.len()) && date.bytes().all(|c| c.is_ascii_digit()) {
+            let (m, d) = date.split_at(date.len() - 2);
+            let month: u32 = m.parse().ok()?;
+            let day: u32 = d.parse().ok()?;
+            ts = hms(time).map(|s| day_of_year(month, day) as f64 * 86400.0 + s);
             toks.drain(..2);
         }
     }
@@ -360,36 +395,32 @@ fn hms(s: &str) -> Option<f64> {
 fn parse_nccl_ts(s: &str) -> Option<f64> {
     let (date, time) = s.split_once(' ')?;
     let mut d = date.splitn(3, '-');
-    let y: i64 = d.next()?.parse().ok()?;
+    let _year: i64 = d.next()?.parse().ok()?;
     let m: u32 = d.next()?.parse().ok()?;
     let dd: u32 = d.next()?.parse().ok()?;
-    Some(day_of_year(y, m, dd) as f64 * 86400.0 + hms(time)?)
+    Some(day_of_year(m, dd) as f64 * 86400.0 + hms(time)?)
 }
 
-fn is_leap(y: i64) -> bool {
-    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
-}
-
-fn day_of_year(y: i64, m: u32, d: u32) -> u32 {
+/// Day of a non-leap year: every source's clock is mapped onto the same calendar, since c10 logs
+/// carry no year (a log spanning 29 February is off by a day, which only matters across that day).
+fn day_of_year(m: u32, d: u32) -> u32 {
     const CUM: [u32; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
     let m = m.clamp(1, 12);
-    CUM[(m - 1) as usize] + d.saturating_sub(1) + u32::from(m > 2 && is_leap(y))
+    CUM[(m - 1) as usize] + d.saturating_sub(1)
 }
 
 fn unix_to_year_secs(t: f64) -> f64 {
-    // Days since 1970-01-01 -> civil year, then subtract that year's start.
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm), then the same mapping.
     let days = (t / 86400.0).floor() as i64;
-    let mut y = 1970i64;
-    let mut left = days;
-    loop {
-        let len = if is_leap(y) { 366 } else { 365 };
-        if left < len {
-            break;
-        }
-        left -= len;
-        y += 1;
-    }
-    left as f64 * 86400.0 + (t - days as f64 * 86400.0)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    day_of_year(m, d) as f64 * 86400.0 + (t - days as f64 * 86400.0)
 }
 
 #[cfg(test)]
@@ -429,6 +460,16 @@ mod tests {
         assert_eq!(r.level, Level::Warn);
         assert_eq!(r.site, Some(("ProcessGroupNCCL.cpp", 1802)));
         assert!(r.msg.starts_with("[PG ID 0"));
+    }
+
+    #[test]
+    fn c10_unpadded_month_and_same_calendar_as_nccl() {
+        let c10 = parse("[E515 07:06:42.5 ProcessGroupNCCL.cpp:1117] x", None).ts.unwrap();
+        let nccl = parse("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y", None).ts.unwrap();
+        assert!((c10 - nccl - 0.5).abs() < 1e-6, "{c10} {nccl}");
+        // 2024-05-15 07:06:42 UTC
+        let w = parse("[epdoctor] rank=0 phase=work t=1715756802.000000", None).ts.unwrap();
+        assert!((w - nccl).abs() < 1e-6, "{w} {nccl}");
     }
 
     #[test]

@@ -3,8 +3,15 @@
 //!
 //! Memory stays bounded whatever the input size: per group of hits we keep a count, a capped
 //! sample of lines and the earliest one; unexplained lines are capped the same way.
+//!
+//! Speed: a literal prefilter (`log::Prefilter`) lets only the lines that can match a pattern or be
+//! a warning reach the `RegexSet`, and lines are borrowed from the reader's buffer, not copied.
+//! Several inputs are read by one thread per core, each into a state of its own; the states are
+//! merged in input order into exactly the state one thread reading them in turn would have built.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use anyhow::{Context, Result};
 use regex::{Regex, RegexSet};
@@ -18,6 +25,11 @@ use crate::report::model::{
 
 /// Hits kept per group (the rest are counted).
 const SAMPLE: usize = 32;
+/// NCCL versions and WARN sites kept.
+const VERSIONS_CAP: usize = 16;
+const SITES_CAP: usize = 64;
+/// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
+const READ_AHEAD: usize = 4;
 /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
 const UNEXPLAINED_KEEP: usize = 200;
 const TEMPLATE_CAP: usize = 5000;
@@ -55,13 +67,15 @@ pub struct Engine {
     nccl_version_re: Regex,
     rank_map_re: Regex,
     torch_version_re: Regex,
+    prefilter: log::Prefilter,
 }
 
 impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
         let fingerprints = schema::load_fingerprints()?;
-        let nccl_version_re = Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
+        let nccl_version_re =
+            Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
         let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
         let torch_version_re = Regex::new(
             r"(?i)(?:\bpytorch version|\btorch version|\btorch==|\btorch\.__version__[ =:]*|\btorch )[ :=]*v?(\d+\.\d+(?:\.\d+)?)(\S*)",
@@ -88,48 +102,144 @@ impl Engine {
             slots.push(Slot::Internal(k));
         }
         let set = RegexSet::new(&pats).context("cannot build the rule set")?;
-        Ok(Engine { rules, markers, fingerprints, set, slots, nccl_version_re, rank_map_re, torch_version_re })
+        let prefilter = log::Prefilter::new(&pats);
+        Ok(Engine {
+            rules,
+            markers,
+            fingerprints,
+            set,
+            slots,
+            nccl_version_re,
+            rank_map_re,
+            torch_version_re,
+            prefilter,
+        })
     }
 
     pub fn analyze(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
-        let mut st = State { want_templates: opts.templates, ..State::default() };
-        let mut budget = opts.max_bytes;
-        for (si, input) in inputs.iter().enumerate() {
-            let mut reader = log::open(input, budget)?;
-            let name = input.name();
-            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
-            loop {
-                let line = match reader.next_line() {
-                    Ok(Some(l)) => log::clean_line(l),
-                    Ok(None) => break,
-                    Err(e) => {
-                        // Truncated gzip/zstd and the like: keep what was read, say so.
-                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(inputs.len());
+        // One thread when the inputs must be read in turn: a byte budget shared across them,
+        // templates (their cap depends on the order), stdin named twice.
+        let in_turn = threads < 2
+            || opts.max_bytes.is_some()
+            || opts.templates
+            || inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1;
+        let st = if in_turn {
+            let mut st = State { want_templates: opts.templates, ..State::default() };
+            let mut budget = opts.max_bytes;
+            for (si, input) in inputs.iter().enumerate() {
+                self.scan(&mut st, si, input, &mut budget)?;
+            }
+            st
+        } else {
+            self.scan_parallel(inputs, threads)?
+        };
+        Ok(self.finish(st, opts))
+    }
+
+    /// Read `inputs` with `threads` threads, each input into a state of its own, and merge those in
+    /// input order as they complete. The first input that cannot be opened (in input order) fails
+    /// the whole analysis, as it does when reading in turn.
+    fn scan_parallel(&self, inputs: &[Input], threads: usize) -> Result<State> {
+        struct Merge {
+            next: usize,
+            done: BTreeMap<usize, Result<State>>,
+            st: State,
+            err: Option<anyhow::Error>,
+        }
+        let claim = AtomicUsize::new(0);
+        let merge = Mutex::new(Merge { next: 0, done: BTreeMap::new(), st: State::default(), err: None });
+        let cv = Condvar::new();
+        let lock = || merge.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = claim.fetch_add(1, Ordering::Relaxed);
+                    if i >= inputs.len() {
                         break;
                     }
-                };
-                src.lines += 1;
-                self.line(&mut st, &mut src, &line);
+                    {
+                        let mut m = lock();
+                        while i >= m.next + threads * READ_AHEAD && m.err.is_none() {
+                            m = cv.wait(m).unwrap_or_else(|e| e.into_inner());
+                        }
+                        if m.err.is_some() {
+                            break;
+                        }
+                    }
+                    let mut st = State::default();
+                    let r = self.scan(&mut st, i, &inputs[i], &mut None).map(|()| st);
+                    let mut m = lock();
+                    m.done.insert(i, r);
+                    while m.err.is_none() {
+                        let next = m.next;
+                        let Some(r) = m.done.remove(&next) else { break };
+                        match r {
+                            Ok(part) => m.st.merge(part),
+                            Err(e) => m.err = Some(e),
+                        }
+                        m.next += 1;
+                    }
+                    cv.notify_all();
+                });
             }
-            if reader.cut_lines > 0 {
-                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
-            }
-            if reader.hit_limit {
-                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
-            }
-            if let Some(b) = budget.as_mut() {
-                *b = b.saturating_sub(reader.bytes_read);
-            }
-            st.source_ranks.push(src.ranks.clone());
-            st.inputs.push(InputSummary {
-                source: name.clone(),
-                lines: src.lines,
-                bytes: reader.bytes_read,
-                ranks: Vec::new(),
-            });
-            st.names.push(name);
+        });
+        let m = merge.into_inner().unwrap_or_else(|e| e.into_inner());
+        match m.err {
+            Some(e) => Err(e),
+            None => Ok(m.st),
         }
-        Ok(self.finish(st, opts))
+    }
+
+    /// Read input `si` into `st`.
+    fn scan(&self, st: &mut State, si: usize, input: &Input, budget: &mut Option<u64>) -> Result<()> {
+        let mut reader = log::open(input, *budget)?;
+        let name = input.name();
+        let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+        loop {
+            let raw = match reader.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(e) => {
+                    // Truncated gzip/zstd and the like: keep what was read, say so.
+                    st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                    break;
+                }
+            };
+            src.lines += 1;
+            // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
+            match std::str::from_utf8(raw) {
+                Ok(line) if log::is_clean(raw) => {
+                    if !line.is_empty() && self.prefilter.may_matter(line) {
+                        self.line(st, &mut src, line);
+                    }
+                }
+                _ => {
+                    let line = log::clean_line(raw);
+                    if !line.is_ascii() || self.prefilter.may_matter(&line) {
+                        self.line(st, &mut src, &line);
+                    }
+                }
+            }
+        }
+        if reader.cut_lines > 0 {
+            st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+        }
+        if reader.hit_limit {
+            st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+        }
+        if let Some(b) = budget.as_mut() {
+            *b = b.saturating_sub(reader.bytes_read);
+        }
+        st.source_ranks.push(src.ranks);
+        st.inputs.push(InputSummary {
+            source: name.clone(),
+            lines: src.lines,
+            bytes: reader.bytes_read,
+            ranks: Vec::new(),
+        });
+        st.names.push(name);
+        Ok(())
     }
 
     fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
@@ -166,7 +276,7 @@ impl Engine {
                 Slot::Internal(Internal::NcclVersion) => {
                     if let Some(c) = self.nccl_version_re.captures(line) {
                         let v = format!("{}{}", &c[1], &c[2]);
-                        if !st.nccl_versions.contains(&v) && st.nccl_versions.len() < 16 {
+                        if !st.nccl_versions.contains(&v) && st.nccl_versions.len() < VERSIONS_CAP {
                             st.nccl_versions.push(v);
                         }
                     }
@@ -199,8 +309,8 @@ impl Engine {
         // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
         if level == Level::Warn && rec.kind == log::Kind::Nccl {
             if let Some((f, l)) = rec.site {
-                if st.sites.len() < 64 {
-                    st.sites.insert((f.to_string(), l));
+                if st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), l)) {
+                    st.sites_seq.push((f.to_string(), l));
                 }
             }
         }
@@ -367,13 +477,12 @@ impl Engine {
             }
         }
 
-        let mut findings: Vec<(Finding, SortKey, i32, bool)> = Vec::new();
+        let mut findings: Vec<(Finding, Hit, i32, bool)> = Vec::new();
         for (r, mut a) in accs {
             let rule = &self.rules[r];
             a.hits.sort_by_key(|h| h.order);
             a.hits.dedup_by_key(|h| h.order);
-            let earliest = a.hits.iter().min_by(|x, y| time_key(x).cmp(&time_key(y))).cloned();
-            let key = earliest.as_ref().map(time_key).unwrap_or_default();
+            let earliest = a.hits.iter().cloned().reduce(|x, y| if earlier(&y, &x) { y } else { x });
             let mut ev: Vec<&Hit> = Vec::new();
             if let Some(e) = &earliest {
                 ev.push(a.hits.iter().find(|h| h.order == e.order).unwrap());
@@ -411,20 +520,28 @@ impl Engine {
                     refs: d.refs.clone(),
                     context: None,
                 },
-                key,
+                earliest.unwrap_or_default(),
                 d.priority,
                 d.symptom,
             ));
         }
-        findings.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.rule.cmp(&b.0.rule)));
+        // Display order: where each finding first appears in the input.
+        findings.sort_by(|a, b| a.1.order.cmp(&b.1.order).then_with(|| a.0.rule.cmp(&b.0.rule)));
+        // The earliest (see `earlier`) non-symptom actionable finding is the cause; symptoms only
+        // when nothing else is actionable.
+        let pick = |cands: &mut dyn Iterator<Item = usize>, f: &[(Finding, Hit, i32, bool)]| {
+            cands.reduce(|x, y| if earlier(&f[y].1, &f[x].1) { y } else { x })
+        };
+        let is_actionable = |f: &Finding| !f.benign && f.severity >= Severity::Warning;
 
         // A failure elsewhere in the run turns teardown noise into symptoms of that failure.
-        let cause = findings
-            .iter()
-            .find(|(f, _, _, symptom)| !f.benign && f.severity >= Severity::Warning && !symptom)
-            .map(|(f, ..)| {
-                (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
-            });
+        let cause =
+            pick(&mut (0..findings.len()).filter(|&i| is_actionable(&findings[i].0) && !findings[i].3), &findings).map(
+                |i| {
+                    let f = &findings[i].0;
+                    (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
+                },
+            );
         if let Some((cause_id, at)) = &cause {
             for (f, _, _, symptom) in findings.iter_mut() {
                 let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
@@ -439,15 +556,17 @@ impl Engine {
             }
         }
 
-        let actionable: Vec<usize> = (0..findings.len())
-            .filter(|&i| !findings[i].0.benign && findings[i].0.severity >= Severity::Warning)
-            .collect();
+        let actionable: Vec<usize> = (0..findings.len()).filter(|&i| is_actionable(&findings[i].0)).collect();
         let primary_idx = if !actionable.is_empty() {
-            actionable.iter().copied().find(|&i| !findings[i].3).or_else(|| actionable.first().copied())
+            pick(&mut actionable.iter().copied().filter(|&i| !findings[i].3), &findings).or_else(|| {
+                // Only symptoms: the one closest to the cause (highest priority), then the earliest.
+                let top = actionable.iter().map(|&i| findings[i].2).max();
+                pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].2) == top), &findings)
+            })
         } else {
             // Benign: the finding that explains most (priority), then the earliest.
-            (0..findings.len())
-                .max_by(|&a, &b| findings[a].2.cmp(&findings[b].2).then_with(|| findings[b].1.cmp(&findings[a].1)))
+            let top = findings.iter().map(|f| f.2).max();
+            pick(&mut (0..findings.len()).filter(|&i| Some(findings[i].2) == top), &findings)
         };
 
         // Unexplained lines, in input order.
@@ -557,13 +676,12 @@ fn phase_ok(want: Phase, have: Option<Phase>) -> bool {
     }
 }
 
-/// Sort key for "earliest": lines with a timestamp first, by time; then by input order.
-type SortKey = (u8, u64, u64);
-
-fn time_key(h: &Hit) -> SortKey {
-    match h.ts {
-        Some(t) => (0, (t * 1e6) as u64, h.order),
-        None => (1, h.source as u64, h.order),
+/// Whether `a` happened before `b`: by timestamp when both lines carry one (the clocks of ranks on
+/// one machine agree), otherwise by position in the input, which is all we know.
+fn earlier(a: &Hit, b: &Hit) -> bool {
+    match (a.ts, b.ts) {
+        (Some(x), Some(y)) if x != y => x < y,
+        _ => a.order < b.order,
     }
 }
 
@@ -579,26 +697,81 @@ struct Hit {
     text: String,
 }
 
+type Who = (Option<u32>, Option<String>, Option<u32>, usize);
+
 #[derive(Default)]
 struct Group {
     count: u64,
     sample: Vec<Hit>,
     earliest_ts: Option<Hit>,
     /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
-    who: BTreeSet<(Option<u32>, Option<String>, Option<u32>, usize)>,
+    who: BTreeSet<Who>,
+    /// The same, in the order first seen (what `merge` needs to respect `WHO_CAP` as `add` does).
+    who_seq: Vec<Who>,
+    /// Like `earliest_ts` but over hits with a number for a time (`merge` needs it: a NaN time,
+    /// once earliest, is never replaced).
+    earliest_num: Option<Hit>,
 }
 
 impl Group {
     fn add(&mut self, h: Hit) {
         self.count += 1;
         if self.who.len() < WHO_CAP {
-            self.who.insert((h.rank, h.host.clone(), h.pid, h.source));
+            let w = (h.rank, h.host.clone(), h.pid, h.source);
+            if !self.who.contains(&w) {
+                self.who.insert(w.clone());
+                self.who_seq.push(w);
+            }
         }
-        if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) && self.sample.len() >= SAMPLE {
-            self.earliest_ts = Some(h.clone());
+        if self.sample.len() >= SAMPLE {
+            self.after_sample(&h);
         }
         if self.sample.len() < SAMPLE {
             self.sample.push(h);
+        }
+    }
+
+    /// A hit that came once the sample was full.
+    fn after_sample(&mut self, h: &Hit) {
+        if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) {
+            self.earliest_ts = Some(h.clone());
+        }
+        if h.ts.is_some_and(|t| !t.is_nan()) && self.earliest_num.as_ref().is_none_or(|e| h.ts < e.ts) {
+            self.earliest_num = Some(h.clone());
+        }
+    }
+
+    /// Append `o`, the group of a later input (hit orders already shifted): the same group as
+    /// `add` would have made from this group's hits followed by `o`'s.
+    fn merge(&mut self, o: Group) {
+        self.count += o.count;
+        for w in o.who_seq {
+            if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
+                self.who_seq.push(w);
+            }
+        }
+        for h in o.sample {
+            if self.sample.len() < SAMPLE {
+                self.sample.push(h);
+            } else {
+                self.after_sample(&h);
+            }
+        }
+        // `o`'s hits after its own sample, summed up by `o.earliest_ts` (from nothing) and
+        // `o.earliest_num` (the earliest with a number).
+        match &self.earliest_ts {
+            None => self.earliest_ts = o.earliest_ts,
+            Some(e) if e.ts.is_some_and(f64::is_nan) => {}
+            Some(e) => {
+                if let Some(m) = o.earliest_num.as_ref().filter(|m| m.ts < e.ts) {
+                    self.earliest_ts = Some(m.clone());
+                }
+            }
+        }
+        if let Some(m) = o.earliest_num {
+            if self.earliest_num.as_ref().is_none_or(|e| m.ts < e.ts) {
+                self.earliest_num = Some(m);
+            }
         }
     }
 }
@@ -621,6 +794,8 @@ struct State {
     torch_version: Option<String>,
     rank_map: HashMap<(String, u32), (u32, u32)>,
     sites: BTreeSet<(String, u32)>,
+    /// `sites` in the order first seen (for `merge`).
+    sites_seq: Vec<(String, u32)>,
     source_ranks: Vec<BTreeSet<u32>>,
     names: Vec<String>,
     inputs: Vec<InputSummary>,
@@ -629,6 +804,56 @@ struct State {
 }
 
 impl State {
+    /// Append `o`, the state of the next input read on its own (without templates): the result is
+    /// the state reading that input after this one would have made.
+    fn merge(&mut self, o: State) {
+        let shift = |mut h: Hit| {
+            h.order += self.order;
+            h
+        };
+        for (cands, g) in o.groups {
+            let g = Group {
+                sample: g.sample.into_iter().map(shift).collect(),
+                earliest_ts: g.earliest_ts.map(shift),
+                earliest_num: g.earliest_num.map(shift),
+                ..g
+            };
+            self.groups.entry(cands).or_default().merge(g);
+        }
+        for h in o.unexplained {
+            if self.unexplained.len() < UNEXPLAINED_KEEP {
+                self.unexplained.push(shift(h));
+            } else {
+                self.unexplained_dropped += 1;
+            }
+        }
+        self.unexplained_dropped += o.unexplained_dropped;
+        self.order += o.order;
+        for v in o.nccl_versions {
+            if !self.nccl_versions.contains(&v) && self.nccl_versions.len() < VERSIONS_CAP {
+                self.nccl_versions.push(v);
+            }
+        }
+        if self.torch_version.is_none() {
+            self.torch_version = o.torch_version;
+        }
+        for (k, v) in o.rank_map {
+            let e = self.rank_map.entry(k).or_insert(v);
+            if v.1 > e.1 {
+                *e = v;
+            }
+        }
+        for s in o.sites_seq {
+            if self.sites.len() < SITES_CAP && self.sites.insert(s.clone()) {
+                self.sites_seq.push(s);
+            }
+        }
+        self.source_ranks.extend(o.source_ranks);
+        self.names.extend(o.names);
+        self.inputs.extend(o.inputs);
+        self.notes.extend(o.notes);
+    }
+
     fn add_unexplained(&mut self, h: Hit) {
         if self.want_templates {
             self.add_template(&h);
