@@ -112,7 +112,13 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
         Format::Md => std::fs::read_to_string(dir.join(REPORT_FILE))?,
         Format::Json => std::fs::read_to_string(dir.join(CELLS_FILE))?,
     };
-    print!("{out}");
+    {
+        use std::io::Write;
+        // An error, not a panic, on a closed pipe (`epdoctor repro | head`).
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(out.as_bytes())?;
+        stdout.flush()?;
+    }
     if let Some(p) = render::partial_note(&run) {
         eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
     }
@@ -177,7 +183,7 @@ fn progress_bar(args: &ReproArgs, n: usize) -> ProgressBar {
     bar
 }
 
-/// `007-abort-lib2-INFO` (`-r2` for repeats): the axis values that vary, safe as a file name.
+/// `007-abort-lib2-NCCL_DEBUG=INFO` (`-r2` for repeats): the axis values that vary, safe as a file name.
 pub fn cell_name(plan: &Plan, cp: &matrix::CellPlan) -> String {
     let mut parts: Vec<String> = plan
         .axes
