@@ -236,8 +236,8 @@ pub fn parse_env_axis(spec: &str) -> anyhow::Result<Axis> {
     if !valid {
         bail!("--env {spec:?}: {name:?} is not a variable name (letters, digits, _; not starting with a digit)");
     }
-    if name.starts_with("EPDOCTOR_") {
-        bail!("--env {spec:?}: EPDOCTOR_* variables belong to the harness and cannot be an axis");
+    if name == super::cell::CELL_ENV {
+        bail!("--env {spec:?}: {name} marks the cell's processes for the harness and cannot be an axis");
     }
     let mut vals: Vec<String> = Vec::new();
     for v in values.split(',') {
@@ -317,6 +317,12 @@ mod tests {
     }
 
     #[test]
+    fn worker_settings_can_be_an_axis() {
+        let p = plan(&args(&["--teardown", "clean", "--env", "EPDOCTOR_BARRIER_TIMEOUT=5,60"]), &ctx(1, &[])).unwrap();
+        assert_eq!(p.cells.len(), 2);
+    }
+
+    #[test]
     fn repeat_multiplies_cells() {
         let p = plan(&args(&["--teardown", "clean", "--repeat", "3"]), &ctx(1, &[])).unwrap();
         assert_eq!(p.cells.iter().map(|c| c.repeat).collect::<Vec<_>>(), vec![1, 2, 3]);
@@ -349,7 +355,7 @@ mod tests {
             (vec!["--env", "1X=a"], "is not a variable name"),
             (vec!["--env", "A=1", "--env", "A=2"], "given twice"),
             (vec!["--env", "A=1,1"], "value \"1\" given twice"),
-            (vec!["--env", "EPDOCTOR_X=1"], "belong to the harness"),
+            (vec!["--env", "EPDOCTOR_CELL_DIR=x"], "marks the cell's processes"),
             (vec!["--ranks", "0"], "at least 1"),
             (vec!["--repeat", "0"], "at least 1"),
             (vec!["--timeout", "0"], "positive"),
