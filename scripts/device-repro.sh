@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `epdoctor repro` runs of issue 5's "Done when", for one session on a GPU machine.
-# Every run writes its own folder under --out; each is bounded by `timeout`; a run whose inputs are
-# missing is skipped and says so. At the end, any process still alive from a cell is listed.
+# Every run writes its own folder under --out; each is bounded by `timeout` (SIGTERM: epdoctor then
+# stops its cell and writes a partial report), all four together by about 9 minutes; a run whose
+# inputs are missing is skipped and says so. At the end, any process still alive from a cell is listed.
 #
 #   scripts/device-repro.sh --out DIR [--epdoctor BIN] [--nccl-2.22 LIB] [--nccl-system LIB]
 #                           [--nccl-2.32 LIB] [--torch-script PY] [--python PY] [--only NAME,...]
@@ -52,7 +53,7 @@ unset NCCL_DEBUG NCCL_DEBUG_FILE
 
 summary=$out/SUMMARY.txt
 echo "epdoctor: $("$bin" --version 2>&1)" > "$summary"
-timeout 120 "$bin" env > "$out/env.txt" 2>&1; echo "env: exit $?" >> "$summary"
+timeout 60 "$bin" env > "$out/env.txt" 2>&1; echo "env: exit $?" >> "$summary"
 
 want() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -71,17 +72,17 @@ run() {
 }
 skip() { want "$1" && echo "== $1: skipped: $2" | tee -a "$summary"; }
 
-run builtin 590 --ranks 2 --timeout 30
+run builtin 150 --ranks 2 --timeout 30
 
 if [ -f "$lib222" ] && [ -f "$libsys" ]; then
-  run versions 300 --ranks 2 --teardown clean,abort --nccl-lib "$lib222" --nccl-lib "$libsys" --timeout 30
+  run versions 100 --ranks 2 --teardown clean,abort --nccl-lib "$lib222" --nccl-lib "$libsys" --timeout 30
 else
   skip versions "needs --nccl-2.22 LIB and --nccl-system LIB (got '${lib222}' '${libsys}')"
 fi
 
 if [ -f "$lib232" ]; then
   # INFO shows the destroy's connect retries (rule nccl-destroy-hang-peer-gone); WARN shows only the hang.
-  run hang232 400 --ranks 2 --teardown clean,early-exit --env NCCL_DEBUG=WARN,INFO --nccl-lib "$lib232" --timeout 45
+  run hang232 180 --ranks 2 --teardown clean,early-exit --env NCCL_DEBUG=WARN,INFO --nccl-lib "$lib232" --timeout 45
 else
   skip hang232 "needs --nccl-2.32 LIB"
 fi
@@ -89,7 +90,7 @@ fi
 if [ -f "$script" ] && "$py" -c 'import torch' 2>/dev/null; then
   (
     if [ -n "$had_ldlp" ]; then export LD_LIBRARY_PATH=$orig_ldlp; else unset LD_LIBRARY_PATH; fi
-    run torch 590 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 120 -- "$py" "$script"
+    run torch 150 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 120 -- "$py" "$script"
   )
 else
   skip torch "needs torch importable by $py and the script $script"
