@@ -90,7 +90,7 @@ fi
 if [ -f "$script" ] && "$py" -c 'import torch' 2>/dev/null; then
   (
     if [ -n "$had_ldlp" ]; then export LD_LIBRARY_PATH=$orig_ldlp; else unset LD_LIBRARY_PATH; fi
-    run torch 150 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 120 -- "$py" "$script"
+    run torch 150 --ranks 2 --env NCCL_DEBUG=WARN,INFO --env DESTROY_PG=0,1 --timeout 60 -- "$py" "$script"
   )
 else
   skip torch "needs torch importable by $py and the script $script"
