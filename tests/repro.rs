@@ -417,6 +417,11 @@ fn shm_files_and_abstract_sockets_created_during_the_cell_are_leftovers() {
         assert!(socks[0].as_str().unwrap().starts_with("@/tmp/nccl-socket-0-standin"));
         assert!(s.harness(c).contains("[epdoctor-harness] leftover socket @/tmp/nccl-socket-0-standin"));
         assert_eq!(c["leftovers"]["processes"].as_array().unwrap().len(), 1, "the socket's holder");
+        let h = s.harness(c);
+        assert!(
+            h.lines().all(|l| l.starts_with("[epdoctor-harness] ")),
+            "one fact per line, even for `python -c`: {h}"
+        );
         assert!(alive_under(&s.run()).is_empty());
     } else {
         eprintln!("python3 not found: the socket half of this test did not run");

@@ -183,13 +183,24 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             .cmdline()
             .ok()
             .filter(|c| !c.is_empty())
-            .map(|c| c.join(" "))
+            .map(|c| one_line(&c.join(" ")))
             .unwrap_or_else(|| format!("[{}]", stat.comm));
         let (gpu, socket_inodes) = open_files(&p);
         out.push(LeftoverProcess { pid: p.pid, pgid: stat.pgrp, cmd, gpu, survived_kill: false, socket_inodes });
     }
     out.sort_by_key(|p| p.pid);
     out
+}
+
+/// A command line as one harness.log line: control characters (a `python -c` script's newlines)
+/// become spaces, and it is cut at 400 characters.
+fn one_line(cmd: &str) -> String {
+    let flat: String = cmd.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if flat.chars().count() > 400 {
+        format!("{}...", flat.chars().take(400).collect::<String>())
+    } else {
+        flat
+    }
 }
 
 /// The GPU device nodes and the sockets a process has open.
@@ -270,6 +281,12 @@ mod tests {
         assert!(!is_gpu_node("/dev/nvidia-uvm"));
         assert!(!is_gpu_node("/dev/nvidia"));
         assert!(!is_gpu_node("/dev/null"));
+    }
+
+    #[test]
+    fn command_lines_stay_on_one_line() {
+        assert_eq!(one_line("python3 -c \nimport x\n\tx.run()"), "python3 -c  import x  x.run()");
+        assert_eq!(one_line(&"a".repeat(500)).len(), 403);
     }
 
     #[test]
