@@ -264,7 +264,8 @@ pub fn parse<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
         return Record { kind: Kind::Harness, rank: rank.or_else(|| kv_u32(rest, "rank=")), msg: rest, ..base(level) };
     }
     if let Some(rest) = line.strip_prefix("[epdoctor] ") {
-        let ts = kv(rest, "t=").and_then(|t| t.parse::<f64>().ok()).map(unix_to_year_secs);
+        // A clock within ±300 000 years of 1970: anything else (inf, NaN, 1e300) is no time.
+        let ts = kv(rest, "t=").and_then(|t| t.parse::<f64>().ok()).filter(|t| t.abs() < 1e13).map(unix_to_year_secs);
         return Record {
             kind: Kind::Worker,
             rank: rank.or_else(|| kv_u32(rest, "rank=")),
@@ -406,7 +407,8 @@ fn parse_nccl_ts(s: &str) -> Option<f64> {
 fn day_of_year(m: u32, d: u32) -> u32 {
     const CUM: [u32; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
     let m = m.clamp(1, 12);
-    CUM[(m - 1) as usize] + d.saturating_sub(1)
+    // A day past the month's end (a garbled or hostile log) stays a large number, not an overflow.
+    CUM[(m - 1) as usize].saturating_add(d.saturating_sub(1))
 }
 
 fn unix_to_year_secs(t: f64) -> f64 {
@@ -498,6 +500,19 @@ mod tests {
         assert_eq!(strip_rank_prefix("[default2]:[rank6]:[W x.cpp:1] m").0, Some(6));
         assert_eq!(strip_rank_prefix("[default2]:text"), (Some(2), "text"));
         assert_eq!(strip_rank_prefix("[not a prefix] x"), (None, "[not a prefix] x"));
+    }
+
+    #[test]
+    fn absurd_times_do_not_overflow() {
+        for t in ["1e300", "inf", "-inf", "NaN", "-1e300", "9223372036854775807", "-9223372036854775808"] {
+            let line = format!("[epdoctor] rank=1 phase=work t={t}");
+            assert_eq!(parse(&line, None).ts, None, "{t}");
+        }
+        assert!(parse("[epdoctor] rank=1 phase=work t=-5", None).ts.is_some());
+        let r = parse("[2026-12-4294967295 99:99:1e308] vm:1:2 [0] x.cc:1 NCCL WARN boom", None);
+        assert_eq!(r.level, Level::Warn);
+        let r = parse("[W1299 13:54:38.758 x.cpp:1] y", None);
+        assert_eq!(r.level, Level::Warn);
     }
 
     #[test]
