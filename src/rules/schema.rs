@@ -195,11 +195,22 @@ pub fn load_rules_with(extra: &[PathBuf], builtin: bool) -> Result<Vec<Rule>> {
             rules.push(r);
         }
     }
+    // A user rule may replace a built-in one, but two user files must not define the same id:
+    // which one wins would depend on the order of --rules.
+    let mut user_ids: HashMap<String, String> = HashMap::new();
+    let mut seen_files = std::collections::HashSet::new();
     for p in extra {
         for file in user_files(p)? {
+            if !seen_files.insert(std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone())) {
+                continue; // the same file named twice
+            }
             let text =
                 std::fs::read_to_string(&file).with_context(|| format!("cannot read rule file {}", file.display()))?;
-            for r in parse_rule_file(&file.display().to_string(), &text)? {
+            let origin = file.display().to_string();
+            for r in parse_rule_file(&origin, &text)? {
+                if let Some(prev) = user_ids.insert(r.def.id.clone(), origin.clone()) {
+                    bail!("rule id `{}` is defined in both {prev} and {origin}", r.def.id);
+                }
                 match index.get(&r.def.id) {
                     Some(&i) => rules[i] = r,
                     None => {
