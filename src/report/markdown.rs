@@ -9,11 +9,26 @@ use super::redact::Redactor;
 use super::text::ranks;
 use super::RenderOpts;
 
-/// Escape text for a Markdown table cell or a line of prose: no HTML, no mentions, no pipes.
+/// Escape text for a Markdown table cell or a line of prose: no HTML, no mentions, no pipes, no
+/// links or issue references (GitHub also links bare `http://...`, `www....`, `#123` and `GH-123`;
+/// a zero-width space breaks each of them).
 pub fn inline(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
+            ':' if chars.peek() == Some(&'/') => out.push_str(":\u{200b}"),
+            '.' if out.len() >= 3 && out.as_bytes()[out.len() - 3..].eq_ignore_ascii_case(b"www") => {
+                out.push_str("\u{200b}.")
+            }
+            // Issue references: `#123`, `GH-123`.
+            '#' if chars.peek().is_some_and(char::is_ascii_digit) => out.push_str("\\#\u{200b}"),
+            '-' if chars.peek().is_some_and(char::is_ascii_digit)
+                && out.len() >= 2
+                && out.as_bytes()[out.len() - 2..].eq_ignore_ascii_case(b"gh") =>
+            {
+                out.push_str("\u{200b}-")
+            }
             '|' => out.push_str("\\|"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -165,7 +180,10 @@ mod tests {
 
     #[test]
     fn inline_neutralises_html_and_mentions() {
-        let s = inline("<img src=x> @octocat [x](http://e) | y");
+        let s = inline("<img src=x> @octocat [x](http://e) | y https://bare.example www.evil.example");
         assert!(!s.contains("<img") && !s.contains("@octocat") && s.contains("\\[x\\](") && s.contains("\\|"), "{s}");
+        assert!(!s.contains("http://") && !s.contains("https://") && !s.contains("www."), "{s}");
+        let s = inline("fixes #12 and GH-7, x-1 stays, WWW.X");
+        assert!(!s.contains("#12") && !s.contains("GH-7") && s.contains("x-1") && !s.contains("WWW."), "{s}");
     }
 }

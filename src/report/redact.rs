@@ -11,12 +11,14 @@ struct Res {
     nccl_host: Regex,
     kv_host: Regex,
     addr_host: Regex,
+    peer_host: Regex,
     ipv4: Regex,
     ipv6: Regex,
     email: Regex,
     home: Regex,
     token: Regex,
     secret_kv: Regex,
+    secret_quoted: Regex,
 }
 
 fn res() -> &'static Res {
@@ -26,14 +28,18 @@ fn res() -> &'static Res {
         nccl_host: Regex::new(r"(?:^|[\s\]])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
         // NCCL's socket address format `name<port>` (e.g. "Connection closed by remote peer node7<41234>").
         addr_host: Regex::new(r"\b([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)<\d+>").unwrap(),
-        // hostname=..., host: ..., MASTER_ADDR=..., "on host X" and "Bootstrap : Using eth0:..." style values.
-        kv_host: Regex::new(r"(?i)\b(?:hostname|host|master_addr|node|nodename)\s*[=:]\s*([A-Za-z][A-Za-z0-9_.-]*)").unwrap(),
+        // hostname=..., host: ..., MASTER_ADDR=..., rdzv_endpoint=... style values.
+        kv_host: Regex::new(r"(?i)\b(?:hostname|host|host_name|master_addr|node|nodename|rdzv_endpoint|endpoint)\s*[=:]\s*([A-Za-z][A-Za-z0-9_.-]*)").unwrap(),
+        // c10d's peer forms: `[node-1]:29500` and `(node-1, 29500)`.
+        peer_host: Regex::new(r"(?:\[([A-Za-z][A-Za-z0-9_.-]*)\]:\d+|\(([A-Za-z][A-Za-z0-9_.-]*), \d+\))").unwrap(),
         ipv4: Regex::new(r"\b(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b").unwrap(),
         ipv6: Regex::new(r"(?i)(?:\b[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){2,7}\b|::ffff:[0-9a-f.:]+)").unwrap(),
         email: Regex::new(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b").unwrap(),
         home: Regex::new(r"(/home/|/Users/|/data/home/)([^/\s:'\x22]+)").unwrap(),
-        token: Regex::new(r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b").unwrap(),
+        token: Regex::new(r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b|(?i:\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*").unwrap(),
         secret_kv: Regex::new(r"(?i)\b([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)=(\S+)").unwrap(),
+        // JSON / YAML / Python dict forms: "password": "x", 'api_key': 'x', token: x.
+        secret_quoted: Regex::new(r#"(?i)(["']?[A-Z0-9_-]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_-]*["']?\s*:\s*)(?:"[^"]*"|'[^']*'|[^\s,}'"]+)"#).unwrap(),
     })
 }
 
@@ -73,6 +79,13 @@ impl Redactor {
             for c in r.addr_host.captures_iter(line) {
                 self.learn_host(&c[1]);
             }
+            for c in r.peer_host.captures_iter(line) {
+                if let Some(h) = c.get(1).or_else(|| c.get(2)) {
+                    if !r.ipv4.is_match(h.as_str()) {
+                        self.learn_host(h.as_str());
+                    }
+                }
+            }
             for c in r.kv_host.captures_iter(line) {
                 let v = &c[1];
                 if !r.ipv4.is_match(v) && v.len() > 2 && !v.starts_with("host-") {
@@ -87,6 +100,7 @@ impl Redactor {
         let r = res();
         let mut s = r.token.replace_all(text, "<token>").into_owned();
         s = r.secret_kv.replace_all(&s, "$1=<redacted>").into_owned();
+        s = r.secret_quoted.replace_all(&s, "${1}<redacted>").into_owned();
         s = replace_with(&r.email, &s, |m| pseudonym(&mut self.emails, m, "email"));
         s = replace_with(&r.ipv4, &s, |m| {
             if m.starts_with("127.") || m == "0.0.0.0" {
@@ -99,7 +113,11 @@ impl Redactor {
             // Keep things that only look like IPv6 (times such as 13:54:38, ::1 loopback).
             let colons = m.matches(':').count();
             let has_hex_letter = m.chars().any(|c| c.is_ascii_alphabetic());
-            if m == "::1" || (colons < 3 && !m.starts_with("::ffff")) || (!has_hex_letter && !m.contains("::")) {
+            // A full eight-group address is one even when every group is decimal digits.
+            if m == "::1"
+                || (colons < 3 && !m.starts_with("::ffff"))
+                || (!has_hex_letter && !m.contains("::") && colons < 7)
+            {
                 m.to_string()
             } else {
                 pseudonym(&mut self.ips, m, "ip6")
@@ -111,15 +129,57 @@ impl Redactor {
             .replace_all(&s, |c: &regex::Captures| format!("{}{}", &c[1], pseudonym(users, &c[2], "user")))
             .into_owned();
         if !self.hosts.is_empty() {
-            // Longest names first, whole words only.
-            let mut hosts: Vec<(&String, &String)> = self.hosts.iter().collect();
-            hosts.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(b.0)));
-            for (h, p) in hosts {
+            s = replace_hosts(&s, &self.hosts);
+            // Names with characters outside a hostname's (given to learn_host): longest first.
+            let mut odd: Vec<(&String, &String)> = self.hosts.iter().filter(|(h, _)| !h.bytes().all(is_word)).collect();
+            odd.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(b.0)));
+            for (h, p) in odd {
                 s = replace_word(&s, h, p);
             }
         }
         s
     }
+}
+
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+}
+
+/// Every known host in one pass, whole words only: in each run of hostname characters, the longest
+/// prefix that is a known host and ends at the run's end or before a `.` (so `node7.` and
+/// `node7.cluster` both lose `node7` unless `node7.cluster` is itself known). One pass keeps this
+/// linear in the text however many hosts a hostile log made us learn.
+fn replace_hosts(s: &str, hosts: &HashMap<String, String>) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let (mut i, mut last) = (0, 0);
+    while i < b.len() {
+        if !is_word(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && is_word(b[i]) {
+            i += 1;
+        }
+        // Run boundaries are ASCII bytes, so these slices are on char boundaries.
+        let run = &s[start..i];
+        let mut end = run.len();
+        loop {
+            if let Some(p) = hosts.get(&run[..end]) {
+                out.push_str(&s[last..start]);
+                out.push_str(p);
+                last = start + end;
+                break;
+            }
+            match run[..end].rfind('.') {
+                Some(d) if d > 0 => end = d,
+                _ => break,
+            }
+        }
+    }
+    out.push_str(&s[last..]);
+    out
 }
 
 fn replace_with(re: &Regex, s: &str, mut f: impl FnMut(&str) -> String) -> String {
@@ -170,6 +230,20 @@ mod tests {
         assert!(a.contains("host-1") && b.contains("host-1"), "{a} {b}");
         assert!(a.contains("ip-1") && b.contains("ip-1"));
         assert!(b.contains("13:54:38.758"), "{b}");
+    }
+
+    #[test]
+    fn many_hosts_one_pass() {
+        let mut r = Redactor::new();
+        let line: String = (0..20_000).map(|i| format!("n{i}<1> ")).collect();
+        let s = r.redact(&line);
+        assert!(!s.contains("n19999<"), "{}", &s[..200]);
+        assert!(s.contains("host-20000<1>"));
+        // Longest known name wins, a shorter one still applies before a dot.
+        let mut r = Redactor::new();
+        r.learn_host("node7");
+        r.learn_host("node7.cluster");
+        assert_eq!(r.redact("node7.cluster node7.other node7 xnode7"), "host-2 host-1.other host-1 xnode7");
     }
 
     #[test]
