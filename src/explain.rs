@@ -33,3 +33,23 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
     out.flush()?;
     Ok(analysis.verdict.exit_code())
 }
+
+/// In-memory entry point for the fuzzer and the property tests: explain `files` (name, raw bytes:
+/// any encoding, gzip or zstd, garbage) with `engine`, and render the result in every format.
+/// Returns the analysis and the three renderings (text, Markdown redacted, JSON). Must never
+/// panic or hang, whatever the bytes.
+pub fn analyze_bytes(
+    engine: &rules::Engine,
+    files: &[(&str, &[u8])],
+    opts: &Options,
+) -> Result<(Analysis, [String; 3])> {
+    let inputs: Vec<log::Input> = files
+        .iter()
+        .map(|(name, bytes)| log::Input::Bytes { name: name.to_string(), bytes: (*bytes).into() })
+        .collect();
+    let analysis = engine.analyze(&inputs, opts)?;
+    let ro = RenderOpts { redact: true, evidence: opts.evidence.max(1) };
+    let out = [crate::cli::Format::Text, crate::cli::Format::Md, crate::cli::Format::Json]
+        .map(|f| report::render(&analysis, f, &ro));
+    Ok((analysis, out))
+}

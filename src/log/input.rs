@@ -10,12 +10,14 @@ use anyhow::{Context, Result};
 /// Longest line kept; the rest of a longer line is skipped (and noted).
 pub const MAX_LINE: usize = 1 << 20;
 
-/// One input to read: a file, stdin, or text held in memory (fixtures, tests).
+/// One input to read: a file, stdin, or text held in memory (fixtures, tests), or raw bytes held
+/// in memory (fuzzing, property tests: anything a file could hold, compressed or not).
 #[derive(Debug, Clone)]
 pub enum Input {
     File(PathBuf),
     Stdin,
     Memory { name: String, text: String },
+    Bytes { name: String, bytes: std::sync::Arc<[u8]> },
 }
 
 impl Input {
@@ -23,7 +25,7 @@ impl Input {
         match self {
             Input::File(p) => p.display().to_string(),
             Input::Stdin => "<stdin>".into(),
-            Input::Memory { name, .. } => name.clone(),
+            Input::Memory { name, .. } | Input::Bytes { name, .. } => name.clone(),
         }
     }
 }
@@ -85,6 +87,7 @@ pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
         Input::File(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
         Input::Stdin => Box::new(io::stdin()),
         Input::Memory { text, .. } => Box::new(io::Cursor::new(text.clone().into_bytes())),
+        Input::Bytes { bytes, .. } => Box::new(io::Cursor::new(bytes.clone())),
     };
     let mut br = BufReader::with_capacity(256 * 1024, raw);
     let head = br.fill_buf().with_context(|| format!("cannot read {}", input.name()))?;
