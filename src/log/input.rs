@@ -104,6 +104,11 @@ pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
 }
 
 impl LineReader {
+    /// Bytes that may still be read under `limit`.
+    fn remaining(&self) -> usize {
+        self.limit.map_or(usize::MAX, |l| usize::try_from(l.saturating_sub(self.bytes_read)).unwrap_or(usize::MAX))
+    }
+
     /// The next line without its terminator; `None` at the end. A line over `MAX_LINE` bytes is
     /// returned cut, and the remainder is skipped without being held in memory.
     pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
@@ -116,6 +121,14 @@ impl LineReader {
         }
         let mut cut = false;
         loop {
+            let rem = self.remaining();
+            if rem == 0 {
+                // The limit falls inside this line (say, a stdin that never sends a newline): stop
+                // there, without the partial line and without reading on.
+                self.hit_limit = true;
+                self.buf.clear();
+                return Ok(None);
+            }
             let avail = match self.inner.fill_buf() {
                 Ok(a) => a,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -127,6 +140,7 @@ impl LineReader {
                 }
                 break;
             }
+            let avail = &avail[..avail.len().min(rem)];
             let (take, done) = match memchr(avail) {
                 Some(i) => (i + 1, true),
                 None => (avail.len(), false),
