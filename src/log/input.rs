@@ -23,11 +23,20 @@ pub enum Input {
 impl Input {
     pub fn name(&self) -> String {
         match self {
-            Input::File(p) => p.display().to_string(),
+            Input::File(p) => printable(&p.display().to_string()),
             Input::Stdin => "<stdin>".into(),
             Input::Memory { name, .. } | Input::Bytes { name, .. } => name.clone(),
         }
     }
+}
+
+/// `s` with its control characters (a file name may hold ESC, BEL, newlines) written as `\u{1b}`,
+/// so that a name can neither drive the terminal nor break a line of a report.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
 /// Expand the paths a user gave: `-` is stdin, a folder is every regular file below it (sorted,
