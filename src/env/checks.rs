@@ -85,7 +85,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
         (
             Status::Warn,
             "a local rank that exits without destroying its communicator can make the others' \
-             ncclCommFinalize/Destroy hang instead of warn (seen with 2.32.3 on the H200; PyTorch #194679 reports it \
+             ncclCommFinalize/Destroy hang instead of warn (reproduced with 2.32.3, see epdoctor docs/results; PyTorch #194679 reports it \
              from 2.31.2): call destroy_process_group() on every rank before exit."
                 .into(),
         )
