@@ -85,12 +85,12 @@ impl Engine {
         let mut slots = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             for p in &r.def.patterns {
-                pats.push(p.clone());
+                pats.push(schema::ascii_word_boundaries(p));
                 slots.push(Slot::Rule(i));
             }
         }
         for (i, (m, _)) in markers.iter().enumerate() {
-            pats.push(m.pattern.clone());
+            pats.push(schema::ascii_word_boundaries(&m.pattern));
             slots.push(Slot::Marker(i));
         }
         for (re, k) in [
@@ -98,7 +98,7 @@ impl Engine {
             (&rank_map_re, Internal::RankMap),
             (&torch_version_re, Internal::TorchVersion),
         ] {
-            pats.push(re.as_str().to_string());
+            pats.push(schema::ascii_word_boundaries(re.as_str()));
             slots.push(Slot::Internal(k));
         }
         let set = RegexSet::new(&pats).context("cannot build the rule set")?;

@@ -178,6 +178,39 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     Ok(Rule { def, regexes, nccl, torch, origin: origin.to_string() })
 }
 
+/// `pattern` with its word boundaries `\b` and `\B` made ASCII (`(?-u:\b)`), for the one
+/// `RegexSet` the engine runs on every line. A Unicode word boundary makes the regex crate's DFAs
+/// give up on any non-ASCII byte and fall back to its slowest engine: a log full of progress bars
+/// (`45%|████▌`) or non-English text then took ~400x longer per line. The two differ only next to
+/// a non-ASCII letter, where no rule's boundary is meant to fall.
+pub fn ascii_word_boundaries(pattern: &str) -> String {
+    if !pattern.contains("\\b") && !pattern.contains("\\B") {
+        return pattern.to_string();
+    }
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        // An escape: a backslash and the character it escapes, as one unit (so `\\b` stays).
+        match chars.next() {
+            Some(b @ ('b' | 'B')) => {
+                out.push_str("(?-u:\\");
+                out.push(b);
+                out.push(')');
+            }
+            Some(e) => {
+                out.push('\\');
+                out.push(e);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 /// All rules: built-in files, then user files/folders (a user rule replaces a built-in one by id).
 pub fn load_rules(extra: &[PathBuf]) -> Result<Vec<Rule>> {
     load_rules_with(extra, true)
@@ -314,6 +347,25 @@ fix = "f"
     fn empty_matching_pattern_rejected() {
         let e = parse_rule_file("e.toml", &OK.replace(r"abc \d+", ".*")).unwrap_err().to_string();
         assert!(e.contains("empty line"), "{e}");
+    }
+
+    #[test]
+    fn word_boundaries_become_ascii_and_nothing_else_changes() {
+        assert_eq!(ascii_word_boundaries(r"\bfoo\b \d+"), r"(?-u:\b)foo(?-u:\b) \d+");
+        assert_eq!(ascii_word_boundaries(r"a\Bb"), r"a(?-u:\B)b");
+        // An escaped backslash followed by `b` is a literal `\b`, not a boundary.
+        assert_eq!(ascii_word_boundaries(r"C:\\build\\b"), r"C:\\build\\b");
+        assert_eq!(ascii_word_boundaries(r"x\\\bfoo"), r"x\\(?-u:\b)foo");
+        assert_eq!(ascii_word_boundaries("plain"), "plain");
+        // Every built-in pattern still compiles, and matches what it matched on ASCII lines.
+        for r in load_rules(&[]).unwrap() {
+            for p in &r.def.patterns {
+                let a = Regex::new(&ascii_word_boundaries(p)).unwrap();
+                for line in ["torch version 2.5.1", "x NCCL WARN y", "comm 0x1 rank 0 nranks 2 - Abort COMPLETE"] {
+                    assert_eq!(a.is_match(line), Regex::new(p).unwrap().is_match(line), "{p} on {line}");
+                }
+            }
+        }
     }
 
     #[test]
