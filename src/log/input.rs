@@ -85,6 +85,8 @@ fn walk(dir: &Path, out: &mut Vec<Input>) -> io::Result<()> {
 pub struct LineReader {
     inner: Box<dyn BufRead + Send>,
     buf: Vec<u8>,
+    /// Bytes of `inner`'s buffer handed out by the last `next_line` and consumed on the next call.
+    pending: usize,
     pub bytes_read: u64,
     limit: Option<u64>,
     pub cut_lines: u64,
@@ -109,7 +111,15 @@ pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
     } else {
         Box::new(br)
     };
-    Ok(LineReader { inner, buf: Vec::with_capacity(4096), bytes_read: 0, limit, cut_lines: 0, hit_limit: false })
+    Ok(LineReader {
+        inner,
+        buf: Vec::with_capacity(4096),
+        pending: 0,
+        bytes_read: 0,
+        limit,
+        cut_lines: 0,
+        hit_limit: false,
+    })
 }
 
 impl LineReader {
@@ -121,6 +131,10 @@ impl LineReader {
     /// The next line without its terminator; `None` at the end. A line over `MAX_LINE` bytes is
     /// returned cut, and the remainder is skipped without being held in memory.
     pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
+        if self.pending > 0 {
+            self.inner.consume(self.pending);
+            self.pending = 0;
+        }
         self.buf.clear();
         if let Some(limit) = self.limit {
             if self.bytes_read >= limit {
@@ -128,6 +142,24 @@ impl LineReader {
                 return Ok(None);
             }
         }
+        // Fast path: the whole line, terminator included, is in the reader's buffer. Hand out a
+        // slice of that buffer (no copy) and consume it on the next call.
+        let rem = self.remaining();
+        let found = loop {
+            match self.inner.fill_buf() {
+                Ok(avail) => break memchr::memchr(b'\n', &avail[..avail.len().min(rem)]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(i) = found.filter(|&i| i < MAX_LINE) {
+            self.pending = i + 1;
+            self.bytes_read += (i + 1) as u64;
+            // The same buffer again: `fill_buf` reads nothing while it holds unconsumed bytes.
+            let avail = self.inner.fill_buf()?;
+            return Ok(Some(trim_eol(&avail[..i])));
+        }
+        // A line that spans buffer refills (or the last line, without a terminator): gather it.
         let mut cut = false;
         loop {
             let rem = self.remaining();
@@ -150,7 +182,7 @@ impl LineReader {
                 break;
             }
             let avail = &avail[..avail.len().min(rem)];
-            let (take, done) = match memchr(avail) {
+            let (take, done) = match memchr::memchr(b'\n', avail) {
                 Some(i) => (i + 1, true),
                 None => (avail.len(), false),
             };
@@ -171,21 +203,28 @@ impl LineReader {
         if cut {
             self.cut_lines += 1;
         }
-        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-            self.buf.pop();
-        }
-        Ok(Some(&self.buf))
+        Ok(Some(trim_eol(&self.buf)))
     }
 }
 
-fn memchr(s: &[u8]) -> Option<usize> {
-    s.iter().position(|&b| b == b'\n')
+/// `line` without its trailing `\n` and `\r` bytes.
+fn trim_eol(mut line: &[u8]) -> &[u8] {
+    while let [rest @ .., b'\n' | b'\r'] = line {
+        line = rest;
+    }
+    line
+}
+
+/// Whether `bytes` is printable ASCII and tabs only, i.e. its own `clean_line`. Branch-free over
+/// the whole line so that it vectorizes: most log lines are clean and take this test.
+pub fn is_clean(bytes: &[u8]) -> bool {
+    // Printable is 0x20..=0x7e: `b - 0x20` (wrapping) below 0x5f.
+    bytes.iter().fold(0u8, |acc, &b| acc | u8::from(b.wrapping_sub(0x20) >= 0x5f && b != b'\t')) == 0
 }
 
 /// Lossy UTF-8, with ANSI escape sequences, other control characters and stray CRs removed.
 pub fn clean_line(bytes: &[u8]) -> String {
-    let needs_work = bytes.iter().any(|&b| b < 0x20 && b != b'\t' || b >= 0x80 || b == 0x7f);
-    if !needs_work {
+    if is_clean(bytes) {
         // Plain printable ASCII: no copy through the lossy decoder needed.
         return String::from_utf8(bytes.to_vec()).unwrap_or_default();
     }
@@ -236,6 +275,7 @@ mod tests {
         let mut r = LineReader {
             inner: Box::new(io::Cursor::new(bytes)),
             buf: Vec::new(),
+            pending: 0,
             bytes_read: 0,
             limit: None,
             cut_lines: 0,
@@ -246,6 +286,54 @@ mod tests {
             v.push(clean_line(l));
         }
         (v, r.cut_lines)
+    }
+
+    fn lines_with_capacity(bytes: &[u8], cap: usize, limit: Option<u64>) -> (Vec<Vec<u8>>, u64, u64, bool) {
+        let mut r = LineReader {
+            inner: Box::new(io::BufReader::with_capacity(cap, io::Cursor::new(bytes.to_vec()))),
+            buf: Vec::new(),
+            pending: 0,
+            bytes_read: 0,
+            limit,
+            cut_lines: 0,
+            hit_limit: false,
+        };
+        let mut v = Vec::new();
+        while let Some(l) = r.next_line().unwrap() {
+            v.push(l.to_vec());
+        }
+        (v, r.cut_lines, r.bytes_read, r.hit_limit)
+    }
+
+    #[test]
+    fn same_lines_whatever_the_buffer_size() {
+        // Lines inside one buffer are handed out as slices, lines across refills are gathered:
+        // both must give the same lines, byte counts and limit behaviour.
+        let text = b"a\r\n\r\nbb\n\n\rccc\r\r\nd\x1b[0m\nlast without newline".repeat(5);
+        let want = lines_with_capacity(&text, 1 << 16, None);
+        assert_eq!(want.0.len(), 31);
+        assert_eq!(want.0[..7], [&b"a"[..], b"", b"bb", b"", b"\rccc", b"d\x1b[0m", b"last without newlinea"]);
+        assert_eq!(want.2, text.len() as u64);
+        for cap in [1, 2, 3, 5, 8, 13] {
+            assert_eq!(lines_with_capacity(&text, cap, None), want, "capacity {cap}");
+            for limit in [0, 1, 7, 40] {
+                assert_eq!(
+                    lines_with_capacity(&text, cap, Some(limit)),
+                    lines_with_capacity(&text, 1 << 16, Some(limit)),
+                    "capacity {cap}, limit {limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn is_clean_is_printable_ascii_and_tab() {
+        for b in 0..=255u8 {
+            let old = !(b < 0x20 && b != b'\t' || b >= 0x80 || b == 0x7f);
+            assert_eq!(is_clean(&[b]), old, "byte {b:#x}");
+            assert_eq!(is_clean(&[b'x'; 40].iter().copied().chain([b]).collect::<Vec<_>>()), old);
+        }
+        assert!(is_clean(b""));
     }
 
     #[test]

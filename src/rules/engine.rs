@@ -137,6 +137,49 @@ impl Engine {
         Ok(self.finish(st, opts))
     }
 
+    /// `analyze` without its shortcuts (no prefilter, every line cleaned into a new string, inputs
+    /// read in turn): what the tests hold `analyze` to.
+    #[doc(hidden)]
+    pub fn analyze_reference(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
+        let mut st = State { want_templates: opts.templates, ..State::default() };
+        let mut budget = opts.max_bytes;
+        for (si, input) in inputs.iter().enumerate() {
+            let mut reader = log::open(input, budget)?;
+            let name = input.name();
+            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+            loop {
+                let line = match reader.next_line() {
+                    Ok(Some(l)) => log::clean_line(l),
+                    Ok(None) => break,
+                    Err(e) => {
+                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                        break;
+                    }
+                };
+                src.lines += 1;
+                self.line(&mut st, &mut src, &line);
+            }
+            if reader.cut_lines > 0 {
+                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+            }
+            if reader.hit_limit {
+                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+            }
+            if let Some(b) = budget.as_mut() {
+                *b = b.saturating_sub(reader.bytes_read);
+            }
+            st.source_ranks.push(src.ranks);
+            st.inputs.push(InputSummary {
+                source: name.clone(),
+                lines: src.lines,
+                bytes: reader.bytes_read,
+                ranks: Vec::new(),
+            });
+            st.names.push(name);
+        }
+        Ok(self.finish(st, opts))
+    }
+
     /// Read `inputs` with `threads` threads, each input into a state of its own, and merge those in
     /// input order as they complete. The first input that cannot be opened (in input order) fails
     /// the whole analysis, as it does when reading in turn.
@@ -208,17 +251,16 @@ impl Engine {
             };
             src.lines += 1;
             // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
-            match std::str::from_utf8(raw) {
-                Ok(line) if log::is_clean(raw) => {
-                    if !line.is_empty() && self.prefilter.may_matter(line) {
-                        self.line(st, &mut src, line);
-                    }
+            if log::is_clean(raw) {
+                // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
+                let line = unsafe { std::str::from_utf8_unchecked(raw) };
+                if !line.is_empty() && self.prefilter.may_matter(line) {
+                    self.line(st, &mut src, line);
                 }
-                _ => {
-                    let line = log::clean_line(raw);
-                    if !line.is_ascii() || self.prefilter.may_matter(&line) {
-                        self.line(st, &mut src, &line);
-                    }
+            } else {
+                let line = log::clean_line(raw);
+                if !line.is_ascii() || self.prefilter.may_matter(&line) {
+                    self.line(st, &mut src, &line);
                 }
             }
         }
@@ -898,4 +940,117 @@ pub fn template_of(line: &str) -> String {
         s = re.replace_all(&s, *rep).into_owned();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> Engine {
+        Engine::new(schema::load_rules(&[]).unwrap()).unwrap()
+    }
+
+    fn mem(name: &str, text: String) -> Input {
+        Input::Memory { name: name.to_string(), text }
+    }
+
+    /// `analyze` and `analyze_reference` agree, to the byte of the JSON.
+    fn same(e: &Engine, inputs: &[Input], opts: &Options) {
+        let fast = serde_json::to_string_pretty(&e.analyze(inputs, opts).unwrap()).unwrap();
+        let slow = serde_json::to_string_pretty(&e.analyze_reference(inputs, opts).unwrap()).unwrap();
+        assert!(
+            fast == slow,
+            "analyze differs from the reference on {:?}",
+            inputs.iter().map(Input::name).collect::<Vec<_>>()
+        );
+    }
+
+    fn fixture_inputs() -> Vec<Input> {
+        let mut v: Vec<Input> = schema::builtin_fixtures()
+            .map(|(p, t)| {
+                let text: String = t
+                    .lines()
+                    .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
+                    .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
+                    .collect();
+                mem(p, text)
+            })
+            .collect();
+        v.push(mem(
+            "examples/deepep-intranode-teardown.log",
+            include_str!("../../examples/deepep-intranode-teardown.log").into(),
+        ));
+        v
+    }
+
+    #[test]
+    fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
+        let e = engine();
+        let all = fixture_inputs();
+        assert!(all.len() > 20);
+        let opts = Options { evidence: 5, ..Default::default() };
+        for one in &all {
+            same(&e, std::slice::from_ref(one), &opts);
+        }
+        // Many inputs at once: read in parallel and merged.
+        same(&e, &all, &opts);
+        same(&e, &all[..7], &opts);
+        // Templates and a byte budget read in turn; still the same.
+        same(&e, &all, &Options { templates: true, ..opts.clone() });
+        same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
+    }
+
+    #[test]
+    fn parallel_merge_respects_every_cap() {
+        // Enough hits, sources, pids, sites, versions and unexplained lines to overflow every cap,
+        // spread over inputs so that the caps are reached in the middle of a merge; with NaN and
+        // equal timestamps for the earliest-hit logic.
+        let e = engine();
+        let mut inputs = Vec::new();
+        for f in 0..9u32 {
+            let mut t = String::new();
+            for i in 0..700u32 {
+                let pid = f * 1000 + i;
+                let sec = match (f + i) % 7 {
+                    0 => "nan".to_string(),
+                    1 => "10".to_string(),
+                    _ => format!("{:02}", (i * 13 + f * 7) % 60),
+                };
+                t += &format!("[2026-11-29 12:{sec}:05] h{f}:{pid}:{pid} [0] proxy.cc:{} NCCL WARN [Service thread] Accept failed Resource temporarily unavailable\n", 1458 + i % 90);
+                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO NCCL version 2.{}.3+cuda12.4\n", 10 + (f + i) % 25);
+                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO comm 0x5{f}a rank {i} nRanks {} nNodes 1\n", 1 + i % 5);
+                t += &format!("[rank{i}]:[W1129 12:00:{sec}.5 Foo.cpp:{i}] something unexplained {i}\n");
+                t += "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1\n";
+            }
+            inputs.push(mem(&format!("f{f}.log"), t));
+        }
+        let opts = Options { evidence: 5, ..Default::default() };
+        same(&e, &inputs, &opts);
+        same(&e, &inputs[3..5], &opts);
+    }
+
+    #[test]
+    fn unreadable_input_fails_as_when_read_in_turn() {
+        let e = engine();
+        let inputs = vec![
+            mem("a.log", "x NCCL WARN y\n".into()),
+            Input::File("/nonexistent/epdoctor/one.log".into()),
+            Input::File("/nonexistent/epdoctor/two.log".into()),
+        ];
+        let fast = e.analyze(&inputs, &Options::default()).unwrap_err().to_string();
+        let slow = e.analyze_reference(&inputs, &Options::default()).unwrap_err().to_string();
+        assert_eq!(fast, slow);
+        assert!(fast.contains("one.log"));
+    }
+
+    /// `EPDOCTOR_EQUIV=path[:path...] cargo test --release equivalence_on_given_logs -- --ignored`:
+    /// the same check on logs of your own (the benchmark runs it on what it generates).
+    #[test]
+    #[ignore]
+    fn equivalence_on_given_logs() {
+        let paths: Vec<std::path::PathBuf> =
+            std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
+        let inputs = log::expand(&paths).unwrap();
+        same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
+    }
 }

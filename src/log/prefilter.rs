@@ -1,0 +1,372 @@
+//! Which lines can matter to the engine, decided without running the rule set on them.
+//!
+//! A line matters when one of the engine's patterns matches it or `level_of` rates it a warning
+//! or an error. Almost every line of an `NCCL_DEBUG=INFO` log does neither, so `explain` first asks
+//! this prefilter, which only says "no" when that is certain, and runs the full matcher (the one
+//! `RegexSet` pass, the level, the parse) on the rest, exactly as before.
+//!
+//! How: every pattern is parsed, and the literal strings any match of it must contain are taken
+//! from its syntax tree: a conjunction of factors, each a set of alternative literals (for
+//! `comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks` that is `comm 0x` and ` rank ` and `nranks ` ignoring
+//! case). One Aho-Corasick automaton over all those literals and `level_of`'s `WARN_LITERALS`
+//! finds the ones a line holds; the line can matter only if a level literal is there, or every
+//! factor of some pattern is, or it has a c10 severity prefix (`positional_warn`). Patterns with no
+//! usable literal go into a small `RegexSet` of their own that is run on every line.
+//!
+//! Two stages, since searching for every match of every literal costs more than asking whether
+//! there is any: a first automaton holds only the level literals and the best factor of each
+//! pattern (minus literals that contain another one), and answers "no" for almost every line with
+//! one leftmost search; the overlapping search over all literals runs on the lines it lets through.
+//!
+//! The literals are taken under ASCII semantics (`(?-u)`), which agree with Unicode semantics on
+//! ASCII text, so the engine asks only about lines that are printable ASCII after cleaning; other
+//! lines always take the full matcher.
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use regex_syntax::hir::{Class, Hir, HirKind};
+
+use super::record::{positional_warn, strip_rank_prefix, WARN_LITERALS};
+
+/// Shortest literal worth looking for: a pattern with only shorter ones (`x\d+`) is run on every
+/// line instead, which costs less than taking every line that holds an `x` to the full matcher.
+const MIN_FACTOR: usize = 3;
+/// Factors kept per pattern (the longest): each one more makes the check stricter, not safer.
+const MAX_FACTORS: usize = 3;
+/// Distinct literals tracked per line; a line with more takes the full matcher.
+const PRESENT: usize = 32;
+
+/// A literal; `ci`: ASCII case-insensitive, stored lowercase.
+type Lit = (Vec<u8>, bool);
+/// Alternative literals, one of which every match contains.
+type Factor = Vec<Lit>;
+
+pub struct Prefilter {
+    /// `None`: an automaton could not be built; every line matters.
+    ac: Option<AhoCorasick>,
+    /// The first stage: some literal of it is in every line that can matter.
+    first: Option<AhoCorasick>,
+    lits: Vec<LitInfo>,
+    /// Per prefiltered pattern, its factors as literal ids.
+    factors: Vec<Vec<Vec<u32>>>,
+    /// Per literal id, the patterns (indices into `factors`) that use it.
+    users: Vec<Vec<u32>>,
+    /// Patterns without literals, run on every line.
+    residual: Option<regex::RegexSet>,
+}
+
+struct LitInfo {
+    bytes: Vec<u8>,
+    ci: bool,
+    /// One of `WARN_LITERALS`: its presence alone makes the line matter.
+    level: bool,
+}
+
+impl Prefilter {
+    /// The prefilter for the engine's patterns (rules, phase markers, its own version lines).
+    pub fn new(patterns: &[String]) -> Prefilter {
+        let mut b = Builder::default();
+        for w in WARN_LITERALS {
+            let id = b.lit(&(w.as_bytes().to_vec(), false));
+            b.lits[id as usize].level = true;
+        }
+        let mut residual = Vec::new();
+        let mut first: Vec<Lit> = WARN_LITERALS.iter().map(|w| (w.as_bytes().to_vec(), false)).collect();
+        for p in patterns {
+            match required_factors(p) {
+                Some(fs) => {
+                    first.extend(fs[0].iter().cloned());
+                    let ids: Vec<Vec<u32>> = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
+                    let pi = b.factors.len() as u32;
+                    for id in ids.iter().flatten() {
+                        let users = &mut b.users[*id as usize];
+                        if users.last() != Some(&pi) {
+                            users.push(pi);
+                        }
+                    }
+                    b.factors.push(ids);
+                }
+                None => residual.push(p.as_str()),
+            }
+        }
+        let ac = automaton(b.lits.iter().map(|l| &l.bytes));
+        let first = automaton(&minimal(first));
+        if ac.is_none() || first.is_none() {
+            return Prefilter::everything();
+        }
+        let residual = if residual.is_empty() {
+            None
+        } else {
+            match regex::RegexSet::new(&residual) {
+                Ok(set) => Some(set),
+                Err(_) => return Prefilter::everything(),
+            }
+        };
+        Prefilter { ac, first, lits: b.lits, factors: b.factors, users: b.users, residual }
+    }
+
+    /// A prefilter that lets every line through.
+    fn everything() -> Prefilter {
+        Prefilter { ac: None, first: None, lits: Vec::new(), factors: Vec::new(), users: Vec::new(), residual: None }
+    }
+
+    /// False only when no pattern can match `line` and `level_of` cannot rate it `Warn` or above.
+    /// `line` must be ASCII (a cleaned line, rank prefix not yet stripped).
+    pub fn may_matter(&self, line: &str) -> bool {
+        let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return true };
+        let (_, rest) = strip_rank_prefix(line);
+        if positional_warn(rest) {
+            return true;
+        }
+        let hay = line.as_bytes();
+        if !first.is_match(hay) {
+            return self.residual.as_ref().is_some_and(|r| r.is_match(rest));
+        }
+        let mut present = [0u32; PRESENT];
+        let mut n = 0;
+        for m in ac.find_overlapping_iter(hay) {
+            let id = m.pattern().as_usize();
+            let lit = &self.lits[id];
+            if !lit.ci && hay[m.start()..m.end()] != lit.bytes[..] {
+                continue;
+            }
+            if lit.level {
+                return true;
+            }
+            let id = id as u32;
+            if present[..n].contains(&id) {
+                continue;
+            }
+            if n == PRESENT {
+                return true;
+            }
+            present[n] = id;
+            n += 1;
+        }
+        let present = &present[..n];
+        for &id in present {
+            for &p in &self.users[id as usize] {
+                if self.factors[p as usize].iter().all(|f| f.iter().any(|x| present.contains(x))) {
+                    return true;
+                }
+            }
+        }
+        self.residual.as_ref().is_some_and(|r| r.is_match(rest))
+    }
+
+    /// Patterns the prefilter could not take literals from (run on every line), for tests and docs.
+    pub fn residual_len(&self) -> usize {
+        self.residual.as_ref().map_or(0, |r| r.len())
+    }
+}
+
+/// One ASCII-case-insensitive automaton over `lits` (case-sensitive literals are checked after).
+fn automaton<I, P>(lits: I) -> Option<AhoCorasick>
+where
+    I: IntoIterator<Item = P> + Clone,
+    P: AsRef<[u8]>,
+{
+    let b = || {
+        let mut b = AhoCorasick::builder();
+        b.ascii_case_insensitive(true).match_kind(MatchKind::Standard);
+        b
+    };
+    b().kind(Some(AhoCorasickKind::DFA)).build(lits.clone()).or_else(|_| b().build(lits)).ok()
+}
+
+/// `lits` without the ones that contain another (finding the shorter one is then enough), as
+/// case-insensitive literals: the first stage may say "yes" too often, never too seldom.
+fn minimal(mut lits: Vec<Lit>) -> Vec<Vec<u8>> {
+    for l in &mut lits {
+        l.0.make_ascii_lowercase();
+    }
+    lits.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then_with(|| a.0.cmp(&b.0)));
+    lits.dedup_by(|a, b| a.0 == b.0);
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for (l, _) in lits {
+        if !out.iter().any(|o| memchr::memmem::find(&l, o).is_some()) {
+            out.push(l);
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Builder {
+    lits: Vec<LitInfo>,
+    index: std::collections::HashMap<Lit, u32>,
+    factors: Vec<Vec<Vec<u32>>>,
+    users: Vec<Vec<u32>>,
+}
+
+impl Builder {
+    fn lit(&mut self, l: &Lit) -> u32 {
+        if let Some(&id) = self.index.get(l) {
+            return id;
+        }
+        let id = self.lits.len() as u32;
+        self.lits.push(LitInfo { bytes: l.0.clone(), ci: l.1, level: false });
+        self.users.push(Vec::new());
+        self.index.insert(l.clone(), id);
+        id
+    }
+}
+
+/// The factors every match of `pattern` contains on ASCII text, or `None` when there are none
+/// (or the pattern cannot be read under ASCII semantics).
+fn required_factors(pattern: &str) -> Option<Vec<Factor>> {
+    let hir = regex_syntax::ParserBuilder::new().unicode(false).utf8(false).build().parse(pattern).ok()?;
+    let mut fs = factors(&hir);
+    fs.retain(|f| !f.is_empty() && f.iter().all(|l| !l.0.is_empty()));
+    fs.retain(|f| score(f) >= MIN_FACTOR);
+    fs.sort_by_key(|f| std::cmp::Reverse(score(f)));
+    fs.truncate(MAX_FACTORS);
+    (!fs.is_empty()).then_some(fs)
+}
+
+/// How selective a factor is: its shortest literal.
+fn score(f: &Factor) -> usize {
+    f.iter().map(|l| l.0.len()).min().unwrap_or(0)
+}
+
+/// A conjunction: every factor listed is contained in every match of `h`.
+fn factors(h: &Hir) -> Vec<Factor> {
+    match h.kind() {
+        HirKind::Literal(l) => vec![vec![norm(l.0.to_vec(), false)]],
+        HirKind::Class(c) => class_lit(c).map(|l| vec![vec![l]]).unwrap_or_default(),
+        HirKind::Capture(c) => factors(&c.sub),
+        HirKind::Repetition(r) if r.min >= 1 => factors(&r.sub),
+        HirKind::Alternation(branches) => {
+            let mut alt = Vec::new();
+            for b in branches {
+                let best = factors(b).into_iter().max_by_key(score);
+                match best {
+                    Some(f) if !f.is_empty() => alt.extend(f),
+                    _ => return Vec::new(),
+                }
+            }
+            vec![alt]
+        }
+        HirKind::Concat(children) => {
+            let mut out = Vec::new();
+            let mut run: Lit = (Vec::new(), false);
+            for c in children {
+                if let Some((bytes, ci)) = single_string(c) {
+                    run.0.extend(bytes);
+                    run.1 |= ci;
+                    continue;
+                }
+                if !run.0.is_empty() {
+                    out.push(vec![norm(std::mem::take(&mut run.0), run.1)]);
+                    run.1 = false;
+                }
+                out.extend(factors(c));
+            }
+            if !run.0.is_empty() {
+                out.push(vec![norm(run.0, run.1)]);
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `h` if it matches exactly one string (ignoring ASCII case when the flag is set).
+fn single_string(h: &Hir) -> Option<Lit> {
+    match h.kind() {
+        HirKind::Literal(l) => Some((l.0.to_vec(), false)),
+        HirKind::Class(c) => class_lit(c),
+        HirKind::Capture(c) => single_string(&c.sub),
+        HirKind::Repetition(r) if r.max == Some(r.min) && r.min <= 16 => {
+            let (b, ci) = single_string(&r.sub)?;
+            Some((b.repeat(r.min as usize), ci))
+        }
+        HirKind::Concat(children) => {
+            let mut out: Lit = (Vec::new(), false);
+            for c in children {
+                let (b, ci) = single_string(c)?;
+                out.0.extend(b);
+                out.1 |= ci;
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// A class of one byte, or of one ASCII letter in both cases.
+fn class_lit(c: &Class) -> Option<Lit> {
+    let bytes: Vec<(u32, u32)> = match c {
+        Class::Bytes(b) => b.ranges().iter().map(|r| (u32::from(r.start()), u32::from(r.end()))).collect(),
+        Class::Unicode(u) => u.ranges().iter().map(|r| (u32::from(r.start()), u32::from(r.end()))).collect(),
+    };
+    match bytes[..] {
+        [(a, b)] if a == b && a < 0x80 => Some((vec![a as u8], false)),
+        [(a, b), (c, d)] if a == b && c == d && a < 0x80 && c < 0x80 => {
+            let (x, y) = (a as u8, c as u8);
+            (x.is_ascii_alphabetic() && x.to_ascii_lowercase() == y.to_ascii_lowercase() && x != y)
+                .then(|| (vec![x.to_ascii_lowercase()], true))
+        }
+        _ => None,
+    }
+}
+
+/// Lowercase a case-insensitive literal; one without letters is case-sensitive.
+fn norm(mut bytes: Vec<u8>, ci: bool) -> Lit {
+    if ci && bytes.iter().any(u8::is_ascii_alphabetic) {
+        bytes.make_ascii_lowercase();
+        (bytes, true)
+    } else {
+        (bytes, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lits(p: &str) -> Vec<Vec<(String, bool)>> {
+        required_factors(p)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| f.into_iter().map(|(b, ci)| (String::from_utf8(b).unwrap(), ci)).collect())
+            .collect()
+    }
+
+    #[test]
+    fn factors_of_typical_patterns() {
+        assert_eq!(
+            lits(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)"),
+            vec![vec![(" nranks ".to_string(), true)], vec![("comm 0x".into(), false)], vec![(" rank ".into(), false)]]
+        );
+        assert_eq!(
+            lits(r"(?i:out of memory): Killed process (?P<pid>\d+)")[0],
+            vec![("out of memory: killed process ".to_string(), true)]
+        );
+        assert_eq!(
+            lits(r"DeepEP timeout for (?:dispatch|combine) (?:senders|receivers)")[0],
+            vec![("DeepEP timeout for ".to_string(), false)]
+        );
+        assert_eq!(
+            lits(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+)"),
+            vec![vec![("NCCL version ".to_string(), false), ("[epdoctor] rank=".into(), false)]]
+        );
+        // Nothing literal to hold on to: the pattern is run on every line.
+        assert!(required_factors(r"^\w+ \d+$").is_none());
+        assert!(required_factors(r"x\d+").is_none());
+        assert!(required_factors(r"(?:foo|\d+)bar").is_some());
+    }
+
+    #[test]
+    fn prefilter_answers() {
+        let pats = [r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)".to_string(), r"^\d+ \d+$".to_string()];
+        let p = Prefilter::new(&pats);
+        assert_eq!(p.residual_len(), 1);
+        assert!(p.may_matter("h:1:1 [0] NCCL INFO comm 0x55 rank 3 nRanks 8 nNodes 1"));
+        assert!(!p.may_matter("h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1"));
+        assert!(p.may_matter("h:1:1 [0] proxy.cc:1 NCCL WARN anything"));
+        assert!(p.may_matter("[rank1]:[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1] m"));
+        assert!(p.may_matter("[rank1]:12 34"));
+        assert!(!p.may_matter("[rank1]:12 pears"));
+        assert!(p.may_matter("RuntimeError: boom"));
+    }
+}
