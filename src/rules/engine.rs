@@ -25,9 +25,15 @@ use crate::report::model::{
 
 /// Hits kept per group (the rest are counted).
 const SAMPLE: usize = 32;
-/// NCCL versions and WARN sites kept.
+/// NCCL versions kept (the lowest), and WARN sites kept (only sites of `rules/fingerprints.toml`
+/// count, so the cap is a backstop that no real log reaches).
 const VERSIONS_CAP: usize = 16;
-const SITES_CAP: usize = 64;
+const SITES_CAP: usize = 1024;
+/// Bytes of a line kept as evidence: a 1 MiB line is matched whole but not carried whole into
+/// every report (200 such unexplained lines were 200 MiB of memory and of Markdown).
+const HIT_TEXT_MAX: usize = 4096;
+/// (host, pid) -> rank entries kept from communicator lines.
+const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
 /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
@@ -62,6 +68,8 @@ pub struct Engine {
     pub rules: Vec<Rule>,
     markers: Vec<(Marker, Regex)>,
     fingerprints: Vec<Fingerprint>,
+    /// Line number -> files of the fingerprint sites with that line (see `known_site`).
+    known_sites: HashMap<u32, Vec<String>>,
     set: RegexSet,
     slots: Vec<Slot>,
     nccl_version_re: Regex,
@@ -74,6 +82,12 @@ impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
         let fingerprints = schema::load_fingerprints()?;
+        let mut known_sites: HashMap<u32, Vec<String>> = HashMap::new();
+        for (f, l) in fingerprints.iter().flat_map(|fp| &fp.sites).filter_map(|s| s.rsplit_once(':')) {
+            if let Ok(l) = l.parse() {
+                known_sites.entry(l).or_default().push(f.to_string());
+            }
+        }
         let nccl_version_re =
             Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
         let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
@@ -107,6 +121,7 @@ impl Engine {
             rules,
             markers,
             fingerprints,
+            known_sites,
             set,
             slots,
             nccl_version_re,
@@ -134,49 +149,6 @@ impl Engine {
         } else {
             self.scan_parallel(inputs, threads)?
         };
-        Ok(self.finish(st, opts))
-    }
-
-    /// `analyze` without its shortcuts (no prefilter, every line cleaned into a new string, inputs
-    /// read in turn): what the tests hold `analyze` to.
-    #[doc(hidden)]
-    pub fn analyze_reference(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
-        let mut st = State { want_templates: opts.templates, ..State::default() };
-        let mut budget = opts.max_bytes;
-        for (si, input) in inputs.iter().enumerate() {
-            let mut reader = log::open(input, budget)?;
-            let name = input.name();
-            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
-            loop {
-                let line = match reader.next_line() {
-                    Ok(Some(l)) => log::clean_line(l),
-                    Ok(None) => break,
-                    Err(e) => {
-                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
-                        break;
-                    }
-                };
-                src.lines += 1;
-                self.line(&mut st, &mut src, &line);
-            }
-            if reader.cut_lines > 0 {
-                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
-            }
-            if reader.hit_limit {
-                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
-            }
-            if let Some(b) = budget.as_mut() {
-                *b = b.saturating_sub(reader.bytes_read);
-            }
-            st.source_ranks.push(src.ranks);
-            st.inputs.push(InputSummary {
-                source: name.clone(),
-                lines: src.lines,
-                bytes: reader.bytes_read,
-                ranks: Vec::new(),
-            });
-            st.names.push(name);
-        }
         Ok(self.finish(st, opts))
     }
 
@@ -251,16 +223,17 @@ impl Engine {
             };
             src.lines += 1;
             // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
-            if log::is_clean(raw) {
-                // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
-                let line = unsafe { std::str::from_utf8_unchecked(raw) };
-                if !line.is_empty() && self.prefilter.may_matter(line) {
-                    self.line(st, &mut src, line);
+            match std::str::from_utf8(raw) {
+                Ok(line) if log::is_clean(raw) => {
+                    if !line.is_empty() && self.prefilter.may_matter(line) {
+                        self.line(st, &mut src, line);
+                    }
                 }
-            } else {
-                let line = log::clean_line(raw);
-                if !line.is_ascii() || self.prefilter.may_matter(&line) {
-                    self.line(st, &mut src, &line);
+                _ => {
+                    let line = log::clean_line(raw);
+                    if !line.is_ascii() || self.prefilter.may_matter(&line) {
+                        self.line(st, &mut src, &line);
+                    }
                 }
             }
         }
@@ -317,17 +290,12 @@ impl Engine {
                 }
                 Slot::Internal(Internal::NcclVersion) => {
                     if let Some(c) = self.nccl_version_re.captures(line) {
-                        let v = format!("{}{}", &c[1], &c[2]);
-                        if !st.nccl_versions.contains(&v) && st.nccl_versions.len() < VERSIONS_CAP {
-                            st.nccl_versions.push(v);
-                        }
+                        add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
                     }
                 }
                 Slot::Internal(Internal::TorchVersion) => {
-                    if st.torch_version.is_none() {
-                        if let Some(c) = self.torch_version_re.captures(line) {
-                            st.torch_version = Some(format!("{}{}", &c[1], &c[2]));
-                        }
+                    if let Some(c) = self.torch_version_re.captures(line) {
+                        offer_version(&mut st.torch_version, format!("{}{}", &c[1], &c[2]));
                     }
                 }
                 Slot::Internal(Internal::RankMap) => {
@@ -336,9 +304,11 @@ impl Engine {
                         let nranks: u32 = c[2].parse().unwrap_or(0);
                         // The world communicator (most ranks) names the rank; split comms renumber.
                         let key = (rec.host.unwrap_or("").to_string(), pid);
-                        let e = st.rank_map.entry(key).or_insert((rank, nranks));
-                        if nranks > e.1 {
-                            *e = (rank, nranks);
+                        if st.rank_map.len() < RANK_MAP_CAP || st.rank_map.contains_key(&key) {
+                            let e = st.rank_map.entry(key).or_insert((rank, nranks));
+                            if nranks > e.1 {
+                                *e = (rank, nranks);
+                            }
                         }
                     }
                 }
@@ -351,7 +321,7 @@ impl Engine {
         // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
         if level == Level::Warn && rec.kind == log::Kind::Nccl {
             if let Some((f, l)) = rec.site {
-                if st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), l)) {
+                if self.known_site(f, l) && st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), l)) {
                     st.sites_seq.push((f.to_string(), l));
                 }
             }
@@ -365,7 +335,8 @@ impl Engine {
             host: rec.host.map(str::to_string),
             pid: rec.pid,
             ts: rec.ts,
-            text: raw.to_string(),
+            text: clip(raw),
+            warn: level >= Level::Warn,
         };
         if cands.is_empty() {
             if level >= Level::Warn {
@@ -380,9 +351,13 @@ impl Engine {
     fn finish(&self, mut st: State, opts: &Options) -> Analysis {
         // Versions.
         let mut versions = Vec::new();
+        // With several, the lowest: the choice must not depend on the order of the rank files.
         let stated_nccl = st.nccl_versions.first().cloned();
         if st.nccl_versions.len() > 1 {
-            st.notes.push(format!("the log shows several NCCL versions: {}", st.nccl_versions.join(", ")));
+            st.notes.push(format!(
+                "the log shows several NCCL versions: {}; the rules use the lowest",
+                st.nccl_versions.join(", ")
+            ));
         }
         let mut nccl_v: Option<Version> = None;
         let mut nccl_out: Option<String> = None;
@@ -506,15 +481,18 @@ impl Engine {
                 }
                 None => {
                     // Every candidate was gated out: these lines are unexplained if they are warnings.
+                    let mut sampled = 0;
                     for h in g.sample {
-                        if log::level_of(log::strip_rank_prefix(&h.text).1) >= Level::Warn {
+                        if h.warn {
+                            sampled += 1;
                             if opts.templates {
                                 st.add_template(&h);
                             }
                             unexplained_hits.push(h);
                         }
                     }
-                    extra_unexplained += g.count.saturating_sub(SAMPLE as u64);
+                    // Only the warnings among the hits past the sample (INFO lines are no news).
+                    extra_unexplained += g.warns.saturating_sub(sampled);
                 }
             }
         }
@@ -711,6 +689,55 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Whether `file:line` is a WARN site of `rules/fingerprints.toml` (the only sites
+    /// `infer_nccl` can use).
+    fn known_site(&self, file: &str, line: u32) -> bool {
+        self.known_sites.get(&line).is_some_and(|fs| {
+            fs.iter().any(|f| file == f || (file.ends_with(f.as_str()) && file[..file.len() - f.len()].ends_with('/')))
+        })
+    }
+}
+
+/// Version strings in ascending order: by version number, then as text (so that which versions a
+/// log shows, and which one is used, does not depend on the order its lines were read in).
+fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (Version::parse(a), Version::parse(b)) {
+        (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.cmp(b)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// Add `v` to the sorted list of distinct versions, keeping the lowest `VERSIONS_CAP`.
+fn add_version(list: &mut Vec<String>, v: String) {
+    if let Err(i) = list.binary_search_by(|x| version_order(x, &v)) {
+        list.insert(i, v);
+        list.truncate(VERSIONS_CAP);
+    }
+}
+
+/// Keep the lower of `cur` and `v`.
+fn offer_version(cur: &mut Option<String>, v: String) {
+    if cur.as_deref().is_none_or(|c| version_order(&v, c).is_lt()) {
+        *cur = Some(v);
+    }
+}
+
+/// A line as kept for evidence: at most `HIT_TEXT_MAX` bytes, cut on a character boundary and
+/// marked as cut.
+fn clip(line: &str) -> String {
+    if line.len() <= HIT_TEXT_MAX {
+        return line.to_string();
+    }
+    let mut end = HIT_TEXT_MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} [... {} more bytes]", &line[..end], line.len() - end)
+}
+
 fn phase_ok(want: Phase, have: Option<Phase>) -> bool {
     match (want, have) {
         (Phase::Any, _) | (_, None) => true,
@@ -737,6 +764,8 @@ struct Hit {
     pid: Option<u32>,
     ts: Option<f64>,
     text: String,
+    /// `level_of` rated the line a warning or an error.
+    warn: bool,
 }
 
 type Who = (Option<u32>, Option<String>, Option<u32>, usize);
@@ -744,6 +773,8 @@ type Who = (Option<u32>, Option<String>, Option<u32>, usize);
 #[derive(Default)]
 struct Group {
     count: u64,
+    /// Hits that are warnings or errors (those count as unexplained when every rule is gated out).
+    warns: u64,
     sample: Vec<Hit>,
     earliest_ts: Option<Hit>,
     /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
@@ -758,6 +789,7 @@ struct Group {
 impl Group {
     fn add(&mut self, h: Hit) {
         self.count += 1;
+        self.warns += u64::from(h.warn);
         if self.who.len() < WHO_CAP {
             let w = (h.rank, h.host.clone(), h.pid, h.source);
             if !self.who.contains(&w) {
@@ -787,6 +819,7 @@ impl Group {
     /// `add` would have made from this group's hits followed by `o`'s.
     fn merge(&mut self, o: Group) {
         self.count += o.count;
+        self.warns += o.warns;
         for w in o.who_seq {
             if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
                 self.who_seq.push(w);
@@ -872,14 +905,15 @@ impl State {
         self.unexplained_dropped += o.unexplained_dropped;
         self.order += o.order;
         for v in o.nccl_versions {
-            if !self.nccl_versions.contains(&v) && self.nccl_versions.len() < VERSIONS_CAP {
-                self.nccl_versions.push(v);
-            }
+            add_version(&mut self.nccl_versions, v);
         }
-        if self.torch_version.is_none() {
-            self.torch_version = o.torch_version;
+        if let Some(t) = o.torch_version {
+            offer_version(&mut self.torch_version, t);
         }
         for (k, v) in o.rank_map {
+            if self.rank_map.len() >= RANK_MAP_CAP && !self.rank_map.contains_key(&k) {
+                continue;
+            }
             let e = self.rank_map.entry(k).or_insert(v);
             if v.1 > e.1 {
                 *e = v;
@@ -940,117 +974,4 @@ pub fn template_of(line: &str) -> String {
         s = re.replace_all(&s, *rep).into_owned();
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn engine() -> Engine {
-        Engine::new(schema::load_rules(&[]).unwrap()).unwrap()
-    }
-
-    fn mem(name: &str, text: String) -> Input {
-        Input::Memory { name: name.to_string(), text }
-    }
-
-    /// `analyze` and `analyze_reference` agree, to the byte of the JSON.
-    fn same(e: &Engine, inputs: &[Input], opts: &Options) {
-        let fast = serde_json::to_string_pretty(&e.analyze(inputs, opts).unwrap()).unwrap();
-        let slow = serde_json::to_string_pretty(&e.analyze_reference(inputs, opts).unwrap()).unwrap();
-        assert!(
-            fast == slow,
-            "analyze differs from the reference on {:?}",
-            inputs.iter().map(Input::name).collect::<Vec<_>>()
-        );
-    }
-
-    fn fixture_inputs() -> Vec<Input> {
-        let mut v: Vec<Input> = schema::builtin_fixtures()
-            .map(|(p, t)| {
-                let text: String = t
-                    .lines()
-                    .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
-                    .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
-                    .collect();
-                mem(p, text)
-            })
-            .collect();
-        v.push(mem(
-            "examples/deepep-intranode-teardown.log",
-            include_str!("../../examples/deepep-intranode-teardown.log").into(),
-        ));
-        v
-    }
-
-    #[test]
-    fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
-        let e = engine();
-        let all = fixture_inputs();
-        assert!(all.len() > 20);
-        let opts = Options { evidence: 5, ..Default::default() };
-        for one in &all {
-            same(&e, std::slice::from_ref(one), &opts);
-        }
-        // Many inputs at once: read in parallel and merged.
-        same(&e, &all, &opts);
-        same(&e, &all[..7], &opts);
-        // Templates and a byte budget read in turn; still the same.
-        same(&e, &all, &Options { templates: true, ..opts.clone() });
-        same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
-    }
-
-    #[test]
-    fn parallel_merge_respects_every_cap() {
-        // Enough hits, sources, pids, sites, versions and unexplained lines to overflow every cap,
-        // spread over inputs so that the caps are reached in the middle of a merge; with NaN and
-        // equal timestamps for the earliest-hit logic.
-        let e = engine();
-        let mut inputs = Vec::new();
-        for f in 0..9u32 {
-            let mut t = String::new();
-            for i in 0..700u32 {
-                let pid = f * 1000 + i;
-                let sec = match (f + i) % 7 {
-                    0 => "nan".to_string(),
-                    1 => "10".to_string(),
-                    _ => format!("{:02}", (i * 13 + f * 7) % 60),
-                };
-                t += &format!("[2026-11-29 12:{sec}:05] h{f}:{pid}:{pid} [0] proxy.cc:{} NCCL WARN [Service thread] Accept failed Resource temporarily unavailable\n", 1458 + i % 90);
-                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO NCCL version 2.{}.3+cuda12.4\n", 10 + (f + i) % 25);
-                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO comm 0x5{f}a rank {i} nRanks {} nNodes 1\n", 1 + i % 5);
-                t += &format!("[rank{i}]:[W1129 12:00:{sec}.5 Foo.cpp:{i}] something unexplained {i}\n");
-                t += "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1\n";
-            }
-            inputs.push(mem(&format!("f{f}.log"), t));
-        }
-        let opts = Options { evidence: 5, ..Default::default() };
-        same(&e, &inputs, &opts);
-        same(&e, &inputs[3..5], &opts);
-    }
-
-    #[test]
-    fn unreadable_input_fails_as_when_read_in_turn() {
-        let e = engine();
-        let inputs = vec![
-            mem("a.log", "x NCCL WARN y\n".into()),
-            Input::File("/nonexistent/epdoctor/one.log".into()),
-            Input::File("/nonexistent/epdoctor/two.log".into()),
-        ];
-        let fast = e.analyze(&inputs, &Options::default()).unwrap_err().to_string();
-        let slow = e.analyze_reference(&inputs, &Options::default()).unwrap_err().to_string();
-        assert_eq!(fast, slow);
-        assert!(fast.contains("one.log"));
-    }
-
-    /// `EPDOCTOR_EQUIV=path[:path...] cargo test --release equivalence_on_given_logs -- --ignored`:
-    /// the same check on logs of your own (the benchmark runs it on what it generates).
-    #[test]
-    #[ignore]
-    fn equivalence_on_given_logs() {
-        let paths: Vec<std::path::PathBuf> =
-            std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
-        let inputs = log::expand(&paths).unwrap();
-        same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
-    }
 }
