@@ -482,7 +482,7 @@ impl Engine {
                 None => {
                     // Every candidate was gated out: these lines are unexplained if they are warnings.
                     let mut sampled = 0;
-                    for h in g.sample {
+                    for h in g.sample.into_iter().chain(g.warn_sample) {
                         if h.warn {
                             sampled += 1;
                             if opts.templates {
@@ -775,6 +775,8 @@ struct Group {
     count: u64,
     /// Hits that are warnings or errors (those count as unexplained when every rule is gated out).
     warns: u64,
+    /// The first warnings past `sample`, so that they can be listed as unexplained too.
+    warn_sample: Vec<Hit>,
     sample: Vec<Hit>,
     earliest_ts: Option<Hit>,
     /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
@@ -807,6 +809,9 @@ impl Group {
 
     /// A hit that came once the sample was full.
     fn after_sample(&mut self, h: &Hit) {
+        if h.warn && self.warn_sample.len() < SAMPLE {
+            self.warn_sample.push(h.clone());
+        }
         if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) {
             self.earliest_ts = Some(h.clone());
         }
@@ -830,6 +835,12 @@ impl Group {
                 self.sample.push(h);
             } else {
                 self.after_sample(&h);
+            }
+        }
+        // `o`'s warnings past its own sample came after every hit of its sample.
+        for h in o.warn_sample {
+            if self.warn_sample.len() < SAMPLE {
+                self.warn_sample.push(h);
             }
         }
         // `o`'s hits after its own sample, summed up by `o.earliest_ts` (from nothing) and
@@ -889,6 +900,7 @@ impl State {
         for (cands, g) in o.groups {
             let g = Group {
                 sample: g.sample.into_iter().map(shift).collect(),
+                warn_sample: g.warn_sample.into_iter().map(shift).collect(),
                 earliest_ts: g.earliest_ts.map(shift),
                 earliest_num: g.earliest_num.map(shift),
                 ..g
