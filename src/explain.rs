@@ -27,6 +27,8 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         ..Default::default()
     };
     let analysis = engine.analyze(&inputs, &opts)?;
+    // The process ends right after: freeing the compiled rule set would only cost time.
+    std::mem::forget(engine);
     let text = report::render(&analysis, args.format, &RenderOpts { redact: !args.no_redact, evidence: args.evidence });
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;

@@ -43,7 +43,8 @@ type Factor = Vec<Lit>;
 pub struct Prefilter {
     /// `None`: an automaton could not be built; every line matters.
     ac: Option<AhoCorasick>,
-    /// The first stage: some literal of it is in every line that can matter.
+    /// The first stage: some literal of it is in every line that can matter (a DFA: it reads
+    /// every byte of the input; the second stage reads few lines, an NFA is enough there).
     first: Option<AhoCorasick>,
     lits: Vec<LitInfo>,
     /// Per prefiltered pattern, its factors as literal ids.
@@ -88,8 +89,8 @@ impl Prefilter {
                 None => residual.push(p.as_str()),
             }
         }
-        let ac = automaton(b.lits.iter().map(|l| &l.bytes));
-        let first = automaton(&minimal(first));
+        let ac = automaton(b.lits.iter().map(|l| &l.bytes), AhoCorasickKind::ContiguousNFA);
+        let first = automaton(&minimal(first), AhoCorasickKind::DFA);
         if ac.is_none() || first.is_none() {
             return Prefilter::everything();
         }
@@ -159,8 +160,9 @@ impl Prefilter {
     }
 }
 
-/// One ASCII-case-insensitive automaton over `lits` (case-sensitive literals are checked after).
-fn automaton<I, P>(lits: I) -> Option<AhoCorasick>
+/// One ASCII-case-insensitive automaton over `lits` (case-sensitive literals are checked after),
+/// of the kind asked for if it can be built, else of whatever kind can.
+fn automaton<I, P>(lits: I, kind: AhoCorasickKind) -> Option<AhoCorasick>
 where
     I: IntoIterator<Item = P> + Clone,
     P: AsRef<[u8]>,
@@ -170,7 +172,15 @@ where
         b.ascii_case_insensitive(true).match_kind(MatchKind::Standard);
         b
     };
-    b().kind(Some(AhoCorasickKind::DFA)).build(lits.clone()).or_else(|_| b().build(lits)).ok()
+    b().kind(Some(kind)).build(lits.clone()).or_else(|_| b().build(lits)).ok()
+}
+
+/// Whether `pattern` matches the same on ASCII text with Unicode off (`(?-u)`): true unless it
+/// spells a non-ASCII character or class (a literal, `\x{..}`, `\u`, `\p{..}`), which Unicode
+/// case folding could match to an ASCII letter (`(?i)\x{212A}` is K, the Kelvin sign, and matches
+/// `k`). Conservative: `\\x` (an escaped backslash, then x) also counts.
+pub fn ascii_safe(pattern: &str) -> bool {
+    pattern.is_ascii() && !["\\x", "\\u", "\\U", "\\p", "\\P", "\\N"].iter().any(|e| pattern.contains(e))
 }
 
 /// `lits` without the ones that contain another (finding the shorter one is then enough), as
@@ -214,6 +224,9 @@ impl Builder {
 /// The factors every match of `pattern` contains on ASCII text, or `None` when there are none
 /// (or the pattern cannot be read under ASCII semantics).
 fn required_factors(pattern: &str) -> Option<Vec<Factor>> {
+    if !ascii_safe(pattern) {
+        return None;
+    }
     let hir = regex_syntax::ParserBuilder::new().unicode(false).utf8(false).build().parse(pattern).ok()?;
     let mut fs = factors(&hir);
     fs.retain(|f| !f.is_empty() && f.iter().all(|l| !l.0.is_empty()));
@@ -356,17 +369,34 @@ mod tests {
         assert!(required_factors(r"(?:foo|\d+)bar").is_some());
     }
 
+    fn may(p: &Prefilter, line: &str) -> bool {
+        p.may_matter(line)
+    }
+
+    #[test]
+    fn non_ascii_patterns_are_run_on_every_line() {
+        assert!(!ascii_safe(r"(?i)\x{212A}ill"));
+        assert!(!ascii_safe("(?i)\u{17F}ome"));
+        assert!(!ascii_safe("caf\u{e9}"));
+        assert!(!ascii_safe("caf\u{00e9}"));
+        assert!(!ascii_safe("\\p{Greek}"));
+        assert!(ascii_safe(r"NCCL WARN \[Service thread\] (?i:kill)"));
+        let p = Prefilter::new(&["(?i)\\x{212A}ill".to_string()]);
+        assert_eq!(p.residual_len(), 1);
+        assert!(may(&p, "then kill it"));
+    }
+
     #[test]
     fn prefilter_answers() {
         let pats = [r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)".to_string(), r"^\d+ \d+$".to_string()];
         let p = Prefilter::new(&pats);
         assert_eq!(p.residual_len(), 1);
-        assert!(p.may_matter("h:1:1 [0] NCCL INFO comm 0x55 rank 3 nRanks 8 nNodes 1"));
-        assert!(!p.may_matter("h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1"));
-        assert!(p.may_matter("h:1:1 [0] proxy.cc:1 NCCL WARN anything"));
-        assert!(p.may_matter("[rank1]:[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1] m"));
-        assert!(p.may_matter("[rank1]:12 34"));
-        assert!(!p.may_matter("[rank1]:12 pears"));
-        assert!(p.may_matter("RuntimeError: boom"));
+        assert!(may(&p, "h:1:1 [0] NCCL INFO comm 0x55 rank 3 nRanks 8 nNodes 1"));
+        assert!(!may(&p, "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1"));
+        assert!(may(&p, "h:1:1 [0] proxy.cc:1 NCCL WARN anything"));
+        assert!(may(&p, "[rank1]:[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1] m"));
+        assert!(may(&p, "[rank1]:12 34"));
+        assert!(!may(&p, "[rank1]:12 pears"));
+        assert!(may(&p, "RuntimeError: boom"));
     }
 }

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use anyhow::{Context, Result};
 use regex::{Regex, RegexSet};
@@ -36,6 +36,9 @@ const HIT_TEXT_MAX: usize = 4096;
 const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
+/// Input size from which the prefilter pays for its building (about 10 ms): below, every line
+/// takes the full matcher, which is quicker for a few thousand lines.
+const BIG_INPUT: u64 = 1 << 20;
 /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
 const UNEXPLAINED_KEEP: usize = 200;
 const TEMPLATE_CAP: usize = 5000;
@@ -70,12 +73,21 @@ pub struct Engine {
     fingerprints: Vec<Fingerprint>,
     /// Line number -> files of the fingerprint sites with that line (see `known_site`).
     known_sites: HashMap<u32, Vec<String>>,
-    set: RegexSet,
+    /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
+    /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
+    /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
+    ascii_set: Option<regex::bytes::RegexSet>,
+    /// The pattern set as written, for the other lines; compiled on the first one. (`None` in it:
+    /// the set would not compile, e.g. over the size limit; each pattern is then run on its own.)
+    unicode_set: OnceLock<Option<RegexSet>>,
+    pats: Vec<String>,
     slots: Vec<Slot>,
     nccl_version_re: Regex,
     rank_map_re: Regex,
     torch_version_re: Regex,
-    prefilter: log::Prefilter,
+    /// Built when the input turns out big (`big_input` bytes); see `BIG_INPUT`.
+    prefilter: OnceLock<log::Prefilter>,
+    big_input: u64,
 }
 
 impl Engine {
@@ -115,20 +127,40 @@ impl Engine {
             pats.push(schema::ascii_word_boundaries(re.as_str()));
             slots.push(Slot::Internal(k));
         }
-        let set = RegexSet::new(&pats).context("cannot build the rule set")?;
-        let prefilter = log::Prefilter::new(&pats);
+        let ascii_set = pats
+            .iter()
+            .all(|p| log::prefilter::ascii_safe(p))
+            .then(|| regex::bytes::RegexSet::new(pats.iter().map(|p| format!("(?-u){p}"))).ok())
+            .flatten();
+        let unicode_set = OnceLock::new();
+        if ascii_set.is_none() {
+            let _ = unicode_set.set(Some(RegexSet::new(&pats).context("cannot build the rule set")?));
+        }
         Ok(Engine {
             rules,
             markers,
             fingerprints,
             known_sites,
-            set,
+            ascii_set,
+            unicode_set,
+            pats,
             slots,
             nccl_version_re,
             rank_map_re,
             torch_version_re,
-            prefilter,
+            prefilter: OnceLock::new(),
+            big_input: BIG_INPUT,
         })
+    }
+
+    /// Use the prefilter from this many bytes of input on (tests: 0, always).
+    #[doc(hidden)]
+    pub fn set_big_input(&mut self, bytes: u64) {
+        self.big_input = bytes;
+    }
+
+    fn prefilter(&self) -> &log::Prefilter {
+        self.prefilter.get_or_init(|| log::Prefilter::new(&self.pats))
     }
 
     pub fn analyze(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
@@ -139,23 +171,75 @@ impl Engine {
             || opts.max_bytes.is_some()
             || opts.templates
             || inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1;
+        let big = inputs.iter().map(size_hint).sum::<u64>() >= self.big_input;
         let st = if in_turn {
             let mut st = State { want_templates: opts.templates, ..State::default() };
             let mut budget = opts.max_bytes;
             for (si, input) in inputs.iter().enumerate() {
-                self.scan(&mut st, si, input, &mut budget)?;
+                self.scan(&mut st, si, input, &mut budget, big)?;
             }
             st
         } else {
-            self.scan_parallel(inputs, threads)?
+            self.scan_parallel(inputs, threads, big)?
         };
+        Ok(self.finish(st, opts))
+    }
+
+    /// `analyze` without its shortcuts (no prefilter, every line cleaned into a new string and
+    /// matched by the Unicode set, inputs read in turn): what the tests hold `analyze` to.
+    #[doc(hidden)]
+    pub fn analyze_reference(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                REFERENCE.with(|r| r.set(false));
+            }
+        }
+        REFERENCE.with(|r| r.set(true));
+        let _reset = Reset;
+        let mut st = State { want_templates: opts.templates, ..State::default() };
+        let mut budget = opts.max_bytes;
+        for (si, input) in inputs.iter().enumerate() {
+            let mut reader = log::open(input, budget)?;
+            let name = input.name();
+            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+            loop {
+                let line = match reader.next_line() {
+                    Ok(Some(l)) => log::clean_line(l),
+                    Ok(None) => break,
+                    Err(e) => {
+                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                        break;
+                    }
+                };
+                src.lines += 1;
+                self.line(&mut st, &mut src, &line);
+            }
+            if reader.cut_lines > 0 {
+                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+            }
+            if reader.hit_limit {
+                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+            }
+            if let Some(b) = budget.as_mut() {
+                *b = b.saturating_sub(reader.bytes_read);
+            }
+            st.source_ranks.push(src.ranks);
+            st.inputs.push(InputSummary {
+                source: name.clone(),
+                lines: src.lines,
+                bytes: reader.bytes_read,
+                ranks: Vec::new(),
+            });
+            st.names.push(name);
+        }
         Ok(self.finish(st, opts))
     }
 
     /// Read `inputs` with `threads` threads, each input into a state of its own, and merge those in
     /// input order as they complete. The first input that cannot be opened (in input order) fails
     /// the whole analysis, as it does when reading in turn.
-    fn scan_parallel(&self, inputs: &[Input], threads: usize) -> Result<State> {
+    fn scan_parallel(&self, inputs: &[Input], threads: usize, big: bool) -> Result<State> {
         struct Merge {
             next: usize,
             done: BTreeMap<usize, Result<State>>,
@@ -183,7 +267,7 @@ impl Engine {
                         }
                     }
                     let mut st = State::default();
-                    let r = self.scan(&mut st, i, &inputs[i], &mut None).map(|()| st);
+                    let r = self.scan(&mut st, i, &inputs[i], &mut None, big).map(|()| st);
                     let mut m = lock();
                     m.done.insert(i, r);
                     while m.err.is_none() {
@@ -206,12 +290,14 @@ impl Engine {
         }
     }
 
-    /// Read input `si` into `st`.
-    fn scan(&self, st: &mut State, si: usize, input: &Input, budget: &mut Option<u64>) -> Result<()> {
+    /// Read input `si` into `st`. `big`: the inputs are large enough for the prefilter; an input
+    /// that turns out large sets it too.
+    fn scan(&self, st: &mut State, si: usize, input: &Input, budget: &mut Option<u64>, big: bool) -> Result<()> {
         let mut reader = log::open(input, *budget)?;
         let name = input.name();
         let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
         loop {
+            let big = big || reader.bytes_read >= self.big_input;
             let raw = match reader.next_line() {
                 Ok(Some(l)) => l,
                 Ok(None) => break,
@@ -223,17 +309,16 @@ impl Engine {
             };
             src.lines += 1;
             // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
-            match std::str::from_utf8(raw) {
-                Ok(line) if log::is_clean(raw) => {
-                    if !line.is_empty() && self.prefilter.may_matter(line) {
-                        self.line(st, &mut src, line);
-                    }
+            if log::is_clean(raw) {
+                // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
+                let line = unsafe { std::str::from_utf8_unchecked(raw) };
+                if !line.is_empty() && (!big || self.prefilter().may_matter(line)) {
+                    self.line(st, &mut src, line);
                 }
-                _ => {
-                    let line = log::clean_line(raw);
-                    if !line.is_ascii() || self.prefilter.may_matter(&line) {
-                        self.line(st, &mut src, &line);
-                    }
+            } else {
+                let line = log::clean_line(raw);
+                if !big || !line.is_ascii() || self.prefilter().may_matter(&line) {
+                    self.line(st, &mut src, &line);
                 }
             }
         }
@@ -262,9 +347,9 @@ impl Engine {
             return;
         }
         let (prefix_rank, line) = log::strip_rank_prefix(raw);
-        let matches = self.set.matches(line);
+        let matches = self.matches(line);
         let level = log::level_of(line);
-        if !matches.matched_any() && level < Level::Warn {
+        if matches.is_empty() && level < Level::Warn {
             return;
         }
         let rec = log::parse(line, prefix_rank);
@@ -274,7 +359,7 @@ impl Engine {
             }
         }
         let mut cands: Vec<usize> = Vec::new();
-        for m in matches.iter() {
+        for m in matches {
             match self.slots[m] {
                 Slot::Rule(r) => {
                     if !cands.contains(&r) {
@@ -346,6 +431,20 @@ impl Engine {
         }
         let g = st.groups.entry(cands).or_default();
         g.add(hit);
+    }
+
+    /// The indices of the patterns that match `line` (rank prefix stripped), in order.
+    fn matches(&self, line: &str) -> Vec<usize> {
+        let ascii = line.is_ascii() && !REFERENCE.with(std::cell::Cell::get);
+        if let (Some(set), true) = (&self.ascii_set, ascii) {
+            return set.matches(line.as_bytes()).into_iter().collect();
+        }
+        match self.unicode_set.get_or_init(|| RegexSet::new(&self.pats).ok()) {
+            Some(set) => set.matches(line).into_iter().collect(),
+            None => {
+                (0..self.pats.len()).filter(|&i| Regex::new(&self.pats[i]).is_ok_and(|re| re.is_match(line))).collect()
+            }
+        }
     }
 
     fn finish(&self, mut st: State, opts: &Options) -> Analysis {
@@ -738,6 +837,21 @@ fn clip(line: &str) -> String {
     format!("{} [... {} more bytes]", &line[..end], line.len() - end)
 }
 
+thread_local! {
+    /// Set while `analyze_reference` runs on this thread: `matches` then uses the Unicode set.
+    static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// About how many bytes `input` holds (0 when unknown: stdin).
+fn size_hint(input: &Input) -> u64 {
+    match input {
+        Input::File(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+        Input::Stdin => 0,
+        Input::Memory { text, .. } => text.len() as u64,
+        Input::Bytes { bytes, .. } => bytes.len() as u64,
+    }
+}
+
 fn phase_ok(want: Phase, have: Option<Phase>) -> bool {
     match (want, have) {
         (Phase::Any, _) | (_, None) => true,
@@ -986,4 +1100,146 @@ pub fn template_of(line: &str) -> String {
         s = re.replace_all(&s, *rep).into_owned();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine with its prefilter on from the first byte (small inputs would skip it).
+    fn engine() -> Engine {
+        let mut e = Engine::new(schema::load_rules(&[]).unwrap()).unwrap();
+        e.set_big_input(0);
+        e
+    }
+
+    fn mem(name: &str, text: String) -> Input {
+        Input::Memory { name: name.to_string(), text }
+    }
+
+    /// `analyze` and `analyze_reference` agree, to the byte of the JSON.
+    fn same(e: &Engine, inputs: &[Input], opts: &Options) {
+        let fast = serde_json::to_string_pretty(&e.analyze(inputs, opts).unwrap()).unwrap();
+        let slow = serde_json::to_string_pretty(&e.analyze_reference(inputs, opts).unwrap()).unwrap();
+        assert!(
+            fast == slow,
+            "analyze differs from the reference on {:?}",
+            inputs.iter().map(Input::name).collect::<Vec<_>>()
+        );
+    }
+
+    fn fixture_inputs() -> Vec<Input> {
+        let mut v: Vec<Input> = schema::builtin_fixtures()
+            .map(|(p, t)| {
+                let text: String = t
+                    .lines()
+                    .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
+                    .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
+                    .collect();
+                mem(p, text)
+            })
+            .collect();
+        v.push(mem(
+            "examples/deepep-intranode-teardown.log",
+            include_str!("../../examples/deepep-intranode-teardown.log").into(),
+        ));
+        v
+    }
+
+    #[test]
+    fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
+        let e = engine();
+        let all = fixture_inputs();
+        assert!(all.len() > 20);
+        let opts = Options { evidence: 5, ..Default::default() };
+        for one in &all {
+            same(&e, std::slice::from_ref(one), &opts);
+        }
+        // Many inputs at once: read in parallel and merged.
+        same(&e, &all, &opts);
+        same(&e, &all[..7], &opts);
+        // Templates and a byte budget read in turn; still the same.
+        same(&e, &all, &Options { templates: true, ..opts.clone() });
+        same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
+    }
+
+    #[test]
+    fn ascii_set_matches_as_the_unicode_set_on_ascii_lines() {
+        let e = engine();
+        let ascii = e.ascii_set.as_ref().expect("the built-in patterns are ASCII-safe");
+        let unicode = RegexSet::new(&e.pats).unwrap();
+        let mut lines: Vec<String> = Vec::new();
+        for i in fixture_inputs() {
+            if let Input::Memory { text, .. } = i {
+                lines.extend(text.lines().map(String::from));
+            }
+        }
+        lines.extend(
+            ["torch 2.5.1", "PyTorch Version: 2.4.0+cu121", "TORCH==2.1", "Killed process 12 (python)", "a\tb", ""]
+                .map(String::from),
+        );
+        let mut n = 0;
+        for l in lines.iter().filter(|l| l.is_ascii()) {
+            let line = log::strip_rank_prefix(l).1;
+            let a: Vec<usize> = ascii.matches(line.as_bytes()).into_iter().collect();
+            let u: Vec<usize> = unicode.matches(line).into_iter().collect();
+            assert_eq!(a, u, "{line}");
+            n += usize::from(!u.is_empty());
+        }
+        assert!(n > 100, "only {n} matching lines");
+    }
+
+    #[test]
+    fn parallel_merge_respects_every_cap() {
+        // Enough hits, sources, pids, sites, versions and unexplained lines to overflow every cap,
+        // spread over inputs so that the caps are reached in the middle of a merge; with NaN and
+        // equal timestamps for the earliest-hit logic.
+        let e = engine();
+        let mut inputs = Vec::new();
+        for f in 0..9u32 {
+            let mut t = String::new();
+            for i in 0..700u32 {
+                let pid = f * 1000 + i;
+                let sec = match (f + i) % 7 {
+                    0 => "nan".to_string(),
+                    1 => "10".to_string(),
+                    _ => format!("{:02}", (i * 13 + f * 7) % 60),
+                };
+                t += &format!("[2026-11-29 12:{sec}:05] h{f}:{pid}:{pid} [0] proxy.cc:{} NCCL WARN [Service thread] Accept failed Resource temporarily unavailable\n", 1458 + i % 90);
+                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO NCCL version 2.{}.3+cuda12.4\n", 10 + (f + i) % 25);
+                t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO comm 0x5{f}a rank {i} nRanks {} nNodes 1\n", 1 + i % 5);
+                t += &format!("[rank{i}]:[W1129 12:00:{sec}.5 Foo.cpp:{i}] something unexplained {i}\n");
+                t += "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1\n";
+            }
+            inputs.push(mem(&format!("f{f}.log"), t));
+        }
+        let opts = Options { evidence: 5, ..Default::default() };
+        same(&e, &inputs, &opts);
+        same(&e, &inputs[3..5], &opts);
+    }
+
+    #[test]
+    fn unreadable_input_fails_as_when_read_in_turn() {
+        let e = engine();
+        let inputs = vec![
+            mem("a.log", "x NCCL WARN y\n".into()),
+            Input::File("/nonexistent/epdoctor/one.log".into()),
+            Input::File("/nonexistent/epdoctor/two.log".into()),
+        ];
+        let fast = e.analyze(&inputs, &Options::default()).unwrap_err().to_string();
+        let slow = e.analyze_reference(&inputs, &Options::default()).unwrap_err().to_string();
+        assert_eq!(fast, slow);
+        assert!(fast.contains("one.log"));
+    }
+
+    /// `EPDOCTOR_EQUIV=path[:path...] cargo test --release equivalence_on_given_logs -- --ignored`:
+    /// the same check on logs of your own (the benchmark runs it on what it generates).
+    #[test]
+    #[ignore]
+    fn equivalence_on_given_logs() {
+        let paths: Vec<std::path::PathBuf> =
+            std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
+        let inputs = log::expand(&paths).unwrap();
+        same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
+    }
 }
