@@ -389,11 +389,13 @@ impl Engine {
                         let nranks: u32 = c[2].parse().unwrap_or(0);
                         // The world communicator (most ranks) names the rank; split comms renumber.
                         let key = (rec.host.unwrap_or("").to_string(), pid);
-                        if st.rank_map.len() < RANK_MAP_CAP || st.rank_map.contains_key(&key) {
-                            let e = st.rank_map.entry(key).or_insert((rank, nranks));
+                        if let Some(e) = st.rank_map.get_mut(&key) {
                             if nranks > e.1 {
                                 *e = (rank, nranks);
                             }
+                        } else if st.rank_map.len() < RANK_MAP_CAP {
+                            st.rank_map.insert(key.clone(), (rank, nranks));
+                            st.rank_map_seq.push(key);
                         }
                     }
                 }
@@ -993,6 +995,9 @@ struct State {
     nccl_versions: Vec<String>,
     torch_version: Option<String>,
     rank_map: HashMap<(String, u32), (u32, u32)>,
+    /// `rank_map`'s keys in the order first seen (for `merge`: which keys the cap keeps must not
+    /// depend on a hash map's order).
+    rank_map_seq: Vec<(String, u32)>,
     sites: BTreeSet<(String, u32)>,
     /// `sites` in the order first seen (for `merge`).
     sites_seq: Vec<(String, u32)>,
@@ -1036,13 +1041,15 @@ impl State {
         if let Some(t) = o.torch_version {
             offer_version(&mut self.torch_version, t);
         }
-        for (k, v) in o.rank_map {
-            if self.rank_map.len() >= RANK_MAP_CAP && !self.rank_map.contains_key(&k) {
-                continue;
-            }
-            let e = self.rank_map.entry(k).or_insert(v);
-            if v.1 > e.1 {
-                *e = v;
+        for k in o.rank_map_seq {
+            let Some(&v) = o.rank_map.get(&k) else { continue };
+            if let Some(e) = self.rank_map.get_mut(&k) {
+                if v.1 > e.1 {
+                    *e = v;
+                }
+            } else if self.rank_map.len() < RANK_MAP_CAP {
+                self.rank_map.insert(k.clone(), v);
+                self.rank_map_seq.push(k);
             }
         }
         for s in o.sites_seq {
@@ -1216,6 +1223,31 @@ mod tests {
         let opts = Options { evidence: 5, ..Default::default() };
         same(&e, &inputs, &opts);
         same(&e, &inputs[3..5], &opts);
+    }
+
+    #[test]
+    fn rank_map_cap_keeps_the_pairs_seen_first() {
+        // 2 x 40 000 (host, pid) pairs against a cap of 65 536: the second input's later pairs are
+        // dropped, the same ones whether the inputs are read in turn or merged.
+        let e = engine();
+        let file = |f: u32| {
+            let mut t = String::new();
+            for i in 0..40_000u32 {
+                let pid = f * 100_000 + i;
+                t += &format!("h:{pid}:{pid} [0] NCCL INFO comm 0x5a rank {} nRanks 512 nNodes 64\n", i % 512);
+            }
+            for pid in (0..20).chain([39_999]).map(|i| f * 100_000 + i).filter(|_| f == 2) {
+                t += &format!("h:{pid}:{pid} [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Success\n");
+            }
+            mem(&format!("r{f}.log"), t)
+        };
+        let inputs = [file(1), file(2)];
+        let opts = Options { evidence: 50, ..Default::default() };
+        same(&e, &inputs, &opts);
+        let a = e.analyze(&inputs, &opts).unwrap();
+        let ranks: Vec<Option<u32>> = a.findings.iter().flat_map(|f| f.evidence.iter().map(|x| x.rank)).collect();
+        assert_eq!(ranks.iter().filter(|r| r.is_some()).count(), 20, "{ranks:?}");
+        assert_eq!(ranks.len(), 21, "{ranks:?}");
     }
 
     #[test]
