@@ -6,7 +6,8 @@ use epdoctor::log::Input;
 use epdoctor::rules::{schema, Engine, Options};
 use libfuzzer_sys::fuzz_target;
 
-const LOG: &str = "vm:1:2 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0\n\
+const LOG: &str =
+    "vm:1:2 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0\n\
 vm:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE\n";
 
 fuzz_target!(|data: &[u8]| {
