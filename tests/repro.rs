@@ -259,7 +259,7 @@ fn hang_is_stopped_term_then_kill_and_nothing_is_left() {
             "{h}"
         );
         assert!(h.contains(&format!("[epdoctor-harness] rank={r} killed after grace period (SIGKILL)\n")), "{h}");
-        assert!(h.contains(&format!("[epdoctor-harness] rank={r} signal=9 (SIGKILL)\n")), "{h}");
+        assert!(h.contains(&format!("[epdoctor-harness] rank={r} signal=9 (SIGKILL) sent by epdoctor\n")), "{h}");
         assert!(h.contains(&format!("[epdoctor-harness] rank={r} last phase=teardown-start\n")), "{h}");
     }
     assert!(rules_of(c).contains(&"harness-rank-deadline-hang".to_string()), "{:?}", rules_of(c));

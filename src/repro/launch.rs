@@ -294,6 +294,10 @@ pub fn exit_line(o: &Outcome) -> Option<String> {
     let r = &o.label;
     match (o.exit_code, o.signal) {
         (Some(c), _) => Some(format!("{HARNESS_PREFIX} rank={r} exit={c}")),
+        // Say when the signal was ours (deadline or interrupt), so rules do not take it for a crash.
+        (None, Some(s)) if o.deadline || o.interrupted || o.sigkill => {
+            Some(format!("{HARNESS_PREFIX} rank={r} signal={s} ({}) sent by epdoctor", signal_name(s)))
+        }
         (None, Some(s)) => Some(format!("{HARNESS_PREFIX} rank={r} signal={s} ({})", signal_name(s))),
         _ => None,
     }

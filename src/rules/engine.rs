@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use regex::{Regex, RegexSet};
 
 use super::schema::{self, Fingerprint, Marker, Phase, Rule};
@@ -134,7 +134,21 @@ impl Engine {
             .flatten();
         let unicode_set = OnceLock::new();
         if ascii_set.is_none() {
-            let _ = unicode_set.set(Some(RegexSet::new(&pats).context("cannot build the rule set")?));
+            let set = RegexSet::new(&pats).map_err(|e| {
+                // Name the pattern that is too big or otherwise refused (rule files only parse it).
+                let culprit = pats.iter().zip(&slots).find(|(p, _)| Regex::new(p).is_err());
+                match culprit {
+                    Some((p, Slot::Rule(i))) => {
+                        anyhow::anyhow!(
+                            "rule file {}, rule `{}`: pattern `{p}`: {e}",
+                            rules[*i].origin,
+                            rules[*i].def.id
+                        )
+                    }
+                    _ => anyhow::anyhow!("cannot build the rule set: {e}"),
+                }
+            })?;
+            let _ = unicode_set.set(Some(set));
         }
         Ok(Engine {
             rules,
@@ -402,7 +416,7 @@ impl Engine {
             }
         }
         let phase = src.phase;
-        cands.retain(|&r| phase_ok(self.rules[r].def.phase, phase));
+        cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
         // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
@@ -851,13 +865,6 @@ fn size_hint(input: &Input) -> u64 {
         Input::Stdin => 0,
         Input::Memory { text, .. } => text.len() as u64,
         Input::Bytes { bytes, .. } => bytes.len() as u64,
-    }
-}
-
-fn phase_ok(want: Phase, have: Option<Phase>) -> bool {
-    match (want, have) {
-        (Phase::Any, _) | (_, None) => true,
-        (w, Some(h)) => w == h,
     }
 }
 

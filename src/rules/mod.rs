@@ -35,7 +35,7 @@ struct RuleRow<'a> {
     patterns: &'a [String],
     nccl: Option<&'a str>,
     torch: Option<&'a str>,
-    phase: schema::Phase,
+    phase: &'a schema::PhaseSpec,
     fixtures: usize,
     origin: &'a str,
 }
@@ -56,7 +56,7 @@ pub fn command(cmd: RulesCommand) -> Result<u8> {
                     patterns: &r.def.patterns,
                     nccl: r.nccl.as_ref().map(|x| x.text()),
                     torch: r.torch.as_ref().map(|x| x.text()),
-                    phase: r.def.phase,
+                    phase: &r.def.phase,
                     fixtures: counts.get(r.def.id.as_str()).copied().unwrap_or(0),
                     origin: &r.origin,
                 })

@@ -39,7 +39,7 @@ pub struct RuleDef {
     #[serde(default = "yes")]
     pub if_version_unknown: bool,
     #[serde(default)]
-    pub phase: Phase,
+    pub phase: PhaseSpec,
     #[serde(default)]
     pub requires: Vec<String>,
     #[serde(default)]
@@ -54,6 +54,32 @@ pub struct RuleDef {
     pub fix: String,
     #[serde(default)]
     pub refs: Vec<String>,
+}
+
+/// `phase = "teardown"` or `phase = ["runtime", "teardown"]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PhaseSpec {
+    One(Phase),
+    Many(Vec<Phase>),
+}
+
+impl Default for PhaseSpec {
+    fn default() -> Self {
+        PhaseSpec::One(Phase::Any)
+    }
+}
+
+impl PhaseSpec {
+    /// A source whose phase is unknown (no markers) satisfies any condition.
+    pub fn allows(&self, have: Option<Phase>) -> bool {
+        let Some(h) = have else { return true };
+        let ok = |w: &Phase| *w == Phase::Any || *w == h;
+        match self {
+            PhaseSpec::One(w) => ok(w),
+            PhaseSpec::Many(ws) => ws.iter().any(ok),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -71,7 +97,6 @@ struct RuleFile {
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub def: RuleDef,
-    pub regexes: Vec<Regex>,
     pub nccl: Option<Range>,
     pub torch: Option<Range>,
     /// Where it was defined, for `rules show` and error messages.
@@ -154,14 +179,15 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     if def.patterns.is_empty() {
         bail!("{}", ctx("it has no patterns".into()));
     }
-    let mut regexes = Vec::new();
+    // Parsing is enough to validate (the engine compiles all patterns once, as one set); compiling
+    // each pattern here as well used to dominate the start-up of a small `explain`.
     for (i, p) in def.patterns.iter().enumerate() {
-        let re = Regex::new(p)
+        let hir = regex_syntax::Parser::new()
+            .parse(p)
             .map_err(|e| anyhow::anyhow!("{}", ctx(format!("pattern {} is not a valid regex: {e}", i + 1))))?;
-        if re.is_match("") {
+        if hir.properties().minimum_len() == Some(0) {
             bail!("{}", ctx(format!("pattern {} matches the empty line, so it would match every line", i + 1)));
         }
-        regexes.push(re);
     }
     let nccl = def
         .nccl
@@ -175,7 +201,7 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
         .map(Range::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("{}", ctx(format!("torch: {e}"))))?;
-    Ok(Rule { def, regexes, nccl, torch, origin: origin.to_string() })
+    Ok(Rule { def, nccl, torch, origin: origin.to_string() })
 }
 
 /// `pattern` with its word boundaries `\b` and `\B` made ASCII (`(?-u:\b)`), for the one
