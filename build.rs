@@ -15,7 +15,19 @@ fn main() {
             "unknown".into()
         });
     println!("cargo:rustc-env=EPDOCTOR_GIT_REV={rev}");
+    // HEAD names the branch; the branch's ref file (or packed-refs) changes with every commit.
     println!("cargo:rerun-if-changed=.git/HEAD");
+    if let Ok(head) = std::fs::read_to_string(".git/HEAD") {
+        if let Some(r) = head.trim().strip_prefix("ref: ") {
+            if std::path::Path::new(".git").join(r).exists() {
+                println!("cargo:rerun-if-changed=.git/{r}");
+            }
+        }
+    }
+    // Only files that exist: cargo reruns the script on every build for a missing one.
+    if std::path::Path::new(".git/packed-refs").exists() {
+        println!("cargo:rerun-if-changed=.git/packed-refs");
+    }
 
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let mut files = Vec::new();
