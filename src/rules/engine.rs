@@ -229,23 +229,7 @@ impl Engine {
                 src.lines += 1;
                 self.line(&mut st, &mut src, &line);
             }
-            if reader.cut_lines > 0 {
-                st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
-            }
-            if reader.hit_limit {
-                st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
-            }
-            if let Some(b) = budget.as_mut() {
-                *b = b.saturating_sub(reader.bytes_read);
-            }
-            st.source_ranks.push(src.ranks);
-            st.inputs.push(InputSummary {
-                source: name.clone(),
-                lines: src.lines,
-                bytes: reader.bytes_read,
-                ranks: Vec::new(),
-            });
-            st.names.push(name);
+            st.end_source(src, name, &reader, &mut budget);
         }
         Ok(self.finish(st, opts))
     }
@@ -336,23 +320,7 @@ impl Engine {
                 }
             }
         }
-        if reader.cut_lines > 0 {
-            st.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
-        }
-        if reader.hit_limit {
-            st.notes.push(format!("{name}: stopped at the --max-bytes limit"));
-        }
-        if let Some(b) = budget.as_mut() {
-            *b = b.saturating_sub(reader.bytes_read);
-        }
-        st.source_ranks.push(src.ranks);
-        st.inputs.push(InputSummary {
-            source: name.clone(),
-            lines: src.lines,
-            bytes: reader.bytes_read,
-            ranks: Vec::new(),
-        });
-        st.names.push(name);
+        st.end_source(src, name, &reader, budget);
         Ok(())
     }
 
@@ -1016,6 +984,27 @@ struct State {
 }
 
 impl State {
+    /// Record what reading one input left: its notes, its summary, the byte budget still open.
+    fn end_source(&mut self, src: SourceState, name: String, reader: &log::LineReader, budget: &mut Option<u64>) {
+        if reader.cut_lines > 0 {
+            self.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+        }
+        if reader.hit_limit {
+            self.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+        }
+        if let Some(b) = budget.as_mut() {
+            *b = b.saturating_sub(reader.bytes_read);
+        }
+        self.source_ranks.push(src.ranks);
+        self.inputs.push(InputSummary {
+            source: name.clone(),
+            lines: src.lines,
+            bytes: reader.bytes_read,
+            ranks: Vec::new(),
+        });
+        self.names.push(name);
+    }
+
     /// Append `o`, the state of the next input read on its own (without templates): the result is
     /// the state reading that input after this one would have made.
     fn merge(&mut self, o: State) {
