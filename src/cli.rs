@@ -143,25 +143,8 @@ pub struct ReproArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
-    /// Workload size: tokens per rank.
-    #[arg(long, default_value_t = 4096)]
-    pub tokens: usize,
-
-    /// Workload size: hidden dimension (bf16 elements).
-    #[arg(long, default_value_t = 7168)]
-    pub hidden: usize,
-
-    /// Workload size: experts in all.
-    #[arg(long, default_value_t = 256)]
-    pub experts: usize,
-
-    /// Workload size: experts per token.
-    #[arg(long, default_value_t = 8)]
-    pub topk: usize,
-
-    /// Dispatch + combine iterations.
-    #[arg(long, default_value_t = 20)]
-    pub iters: usize,
+    #[command(flatten)]
+    pub size: WorkloadSize,
 
     /// Output format of the comparison printed at the end.
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
@@ -287,14 +270,30 @@ pub struct WorkerArgs {
     /// libnccl.so to load instead of the loader's choice.
     #[arg(long, value_name = "PATH")]
     pub nccl_lib: Option<PathBuf>,
+    #[command(flatten)]
+    pub size: WorkloadSize,
+}
+
+/// The built-in workload's size (DeepEP's test size by default), for `repro` and its worker.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadSize {
+    /// Workload size: tokens per rank.
     #[arg(long, default_value_t = 4096)]
     pub tokens: usize,
+
+    /// Workload size: hidden dimension (bf16 elements).
     #[arg(long, default_value_t = 7168)]
     pub hidden: usize,
+
+    /// Workload size: experts in all.
     #[arg(long, default_value_t = 256)]
     pub experts: usize,
+
+    /// Workload size: experts per token.
     #[arg(long, default_value_t = 8)]
     pub topk: usize,
+
+    /// Dispatch + combine iterations.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
 }

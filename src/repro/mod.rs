@@ -160,11 +160,11 @@ fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
     };
     let mut workload_args: Vec<OsString> = Vec::new();
     for (k, v) in [
-        ("--tokens", args.tokens),
-        ("--hidden", args.hidden),
-        ("--experts", args.experts),
-        ("--topk", args.topk),
-        ("--iters", args.iters),
+        ("--tokens", args.size.tokens),
+        ("--hidden", args.size.hidden),
+        ("--experts", args.size.experts),
+        ("--topk", args.size.topk),
+        ("--iters", args.size.iters),
     ] {
         workload_args.push(k.into());
         workload_args.push(v.to_string().into());

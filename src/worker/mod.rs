@@ -160,8 +160,13 @@ fn short_code(e: &anyhow::Error) -> String {
 
 pub fn run(args: &WorkerArgs) -> Result<u8> {
     let mode = Teardown::parse(&args.teardown)?;
-    let shape =
-        Shape { world: args.world, tokens: args.tokens, hidden: args.hidden, experts: args.experts, topk: args.topk };
+    let shape = Shape {
+        world: args.world,
+        tokens: args.size.tokens,
+        hidden: args.size.hidden,
+        experts: args.size.experts,
+        topk: args.size.topk,
+    };
     shape.validate().map_err(anyhow::Error::msg)?;
     if args.rank >= args.world {
         bail!("--rank {} is out of range for --world {} (ranks are 0..{})", args.rank, args.world, args.world - 1);
@@ -169,7 +174,7 @@ pub fn run(args: &WorkerArgs) -> Result<u8> {
     if mode.needs_peer() && args.world < 2 {
         bail!("--teardown {} needs --world 2 or more (a last rank and at least one other)", mode.name());
     }
-    if args.iters == 0 {
+    if args.size.iters == 0 {
         bail!("--iters must be at least 1");
     }
     let timeouts = Timeouts::from_env()?;
@@ -510,7 +515,7 @@ impl<'a> Worker<'a> {
             me,
             shape,
             mode,
-            iters: args.iters,
+            iters: args.size.iters,
             timeouts,
             rdv,
             sms,
