@@ -637,28 +637,8 @@ impl Engine {
         };
         let is_actionable = |f: &Finding| !f.benign && f.severity >= Severity::Warning;
 
-        // A failure elsewhere in the run turns teardown noise into symptoms of that failure.
-        let cause =
-            pick(&mut (0..findings.len()).filter(|&i| is_actionable(&findings[i].0) && !findings[i].3), &findings).map(
-                |i| {
-                    let f = &findings[i].0;
-                    (f.rule.clone(), f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
-                },
-            );
-        if let Some((cause_id, at)) = &cause {
-            for (f, _, _, symptom) in findings.iter_mut() {
-                let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
-                if f.benign && r.def.demote_on_failure {
-                    f.benign = false;
-                    f.severity = Severity::Warning;
-                    *symptom = true;
-                    f.context = Some(format!(
-                        "not teardown noise here: the run also shows `{cause_id}` ({at}); these lines are a consequence of that failure"
-                    ));
-                }
-            }
-        }
-
+        // The primary is chosen before any demotion below, so demoted noise never outranks the
+        // failure it is a consequence of.
         let actionable: Vec<usize> = (0..findings.len()).filter(|&i| is_actionable(&findings[i].0)).collect();
         let primary_idx = if !actionable.is_empty() {
             pick(&mut actionable.iter().copied().filter(|&i| !findings[i].3), &findings).or_else(|| {
@@ -671,6 +651,25 @@ impl Engine {
             let top = findings.iter().map(|f| f.2).max();
             pick(&mut (0..findings.len()).filter(|&i| Some(findings[i].2) == top), &findings)
         };
+
+        // Any failure in the run (a cause, or a symptom such as a non-zero exit) turns teardown noise
+        // into symptoms of it.
+        if !actionable.is_empty() {
+            let p = &findings[primary_idx.expect("actionable findings give a primary")].0;
+            let (cause_id, at) =
+                (p.rule.clone(), p.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default());
+            for (f, _, _, symptom) in findings.iter_mut() {
+                let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
+                if f.benign && r.def.demote_on_failure {
+                    f.benign = false;
+                    f.severity = Severity::Warning;
+                    *symptom = true;
+                    f.context = Some(format!(
+                        "not teardown noise here: the run also shows `{cause_id}` ({at}); these lines are a consequence of that failure"
+                    ));
+                }
+            }
+        }
 
         // Unexplained lines, in input order.
         unexplained_hits.sort_by_key(|h| h.order);
