@@ -1,6 +1,6 @@
 //! `explain`: input -> records -> matches -> verdict -> report.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -18,6 +18,12 @@ pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
+    // Without paths stdin is read; at a terminal that would just sit there waiting.
+    if args.paths.is_empty() && std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "no log to read: give files or folders (e.g. `epdoctor explain rank*.log`), `-` for stdin, or pipe a log in"
+        );
+    }
     let engine = rules::engine(&args.rule_opts)?;
     let inputs = log::expand(&args.paths)?;
     let opts = Options {
