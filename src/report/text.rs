@@ -122,7 +122,12 @@ fn write_finding_body(s: &mut String, f: &Finding, evidence: usize) {
     if let Some(c) = &f.context {
         let _ = writeln!(s, "  {} {c}", paint("context:", Style::new().yellow()));
     }
-    let _ = writeln!(s, "  ranks: {}   lines: {}", ranks(&f.ranks), f.count);
+    let who = if f.ranks.is_empty() {
+        "unknown (no rank prefix or NCCL init line names them)".into()
+    } else {
+        ranks(&f.ranks)
+    };
+    let _ = writeln!(s, "  ranks: {who}   lines: {}", f.count);
     let _ = writeln!(s, "  {}", paint("root cause:", Style::new().bold()));
     for l in f.root_cause.lines() {
         let _ = writeln!(s, "    {l}");
