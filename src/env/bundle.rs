@@ -183,7 +183,8 @@ pub fn compose(
             }
         }
         s.push('\n');
-        s.push_str(&demote_headings(&r.markdown));
+        // Two levels: the run's own title sits under "## Reproduction".
+        s.push_str(&demote_headings(&demote_headings(&r.markdown)));
     }
 
     s.push('\n');
