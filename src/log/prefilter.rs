@@ -316,7 +316,7 @@ fn class_lit(c: &Class) -> Option<Lit> {
         [(a, b)] if a == b && a < 0x80 => Some((vec![a as u8], false)),
         [(a, b), (c, d)] if a == b && c == d && a < 0x80 && c < 0x80 => {
             let (x, y) = (a as u8, c as u8);
-            (x.is_ascii_alphabetic() && x.to_ascii_lowercase() == y.to_ascii_lowercase() && x != y)
+            (x.is_ascii_alphabetic() && x.eq_ignore_ascii_case(&y) && x != y)
                 .then(|| (vec![x.to_ascii_lowercase()], true))
         }
         _ => None,

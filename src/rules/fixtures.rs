@@ -33,7 +33,7 @@ pub struct Fixture {
 
 pub fn parse(name: &str, text: &str) -> Result<Fixture> {
     let mut f = Fixture { name: name.to_string(), ..Default::default() };
-    let mut cur = (format!("{name}"), String::new());
+    let mut cur = (name.to_string(), String::new());
     let mut started = false;
     for (i, line) in text.lines().enumerate() {
         let at = || format!("{name}:{}", i + 1);

@@ -1,7 +1,7 @@
 //! The rule files: their schema, loading (built-in + user), and validation with errors that name
 //! the file, the rule and the problem.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -159,11 +159,10 @@ pub fn builtin_fixtures() -> impl Iterator<Item = (&'static str, &'static str)> 
 
 pub fn parse_rule_file(origin: &str, text: &str) -> Result<Vec<Rule>> {
     let file: RuleFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("rule file {origin}: {e}"))?;
-    let mut seen = HashMap::new();
+    let mut seen = HashSet::new();
     let mut out = Vec::new();
     for def in file.rule {
-        if let Some(prev) = seen.insert(def.id.clone(), ()) {
-            let _ = prev;
+        if !seen.insert(def.id.clone()) {
             bail!("rule file {origin}: rule id `{}` is defined twice", def.id);
         }
         out.push(compile(origin, def)?);
