@@ -7,7 +7,8 @@ use anyhow::Result;
 
 use crate::cli::{ExplainArgs, RuleOpts};
 use crate::log;
-use crate::report::{self, model::Analysis, RenderOpts};
+use crate::model::Analysis;
+use crate::report::{self, RenderOpts};
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.

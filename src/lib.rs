@@ -8,6 +8,7 @@ pub mod env;
 pub mod exit;
 pub mod explain;
 pub mod log;
+pub mod model;
 pub mod report;
 pub mod repro;
 pub mod rules;

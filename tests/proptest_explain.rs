@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use epdoctor::explain::analyze_bytes;
-use epdoctor::report::model::Analysis;
+use epdoctor::model::Analysis;
 use epdoctor::rules::version::Version;
 use epdoctor::rules::{schema, Engine, Options};
 use proptest::prelude::*;

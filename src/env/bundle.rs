@@ -103,7 +103,7 @@ pub fn demote_headings(md: &str) -> String {
 
 pub fn compose(
     env: &super::EnvReport,
-    analysis: Option<&crate::report::model::Analysis>,
+    analysis: Option<&crate::model::Analysis>,
     repro: Option<&Repro>,
     logs: &[PathBuf],
 ) -> String {

@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Analysis, Finding, Verdict};
 use super::redact::Redactor;
 use super::text::ranks;
 use super::RenderOpts;
+use crate::model::{Analysis, Finding, Verdict};
 
 /// Escape text for a Markdown table cell or a line of prose: no HTML, no mentions, no pipes, no
 /// links or issue references (GitHub also links bare `http://...`, `www....`, `#123` and `GH-123`;

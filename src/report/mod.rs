@@ -1,14 +1,14 @@
-//! The result model and one writer per format: text (colour, tables), Markdown (paste-ready,
+//! One writer per format of the result model (`crate::model`): text (colour, tables), Markdown (paste-ready,
 //! redacted), JSON (the contract).
 pub mod color;
 pub mod json;
 pub mod markdown;
-pub mod model;
+
 pub mod redact;
 pub mod text;
 
 use crate::cli::Format;
-use model::Analysis;
+use crate::model::Analysis;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RenderOpts {

@@ -6,8 +6,8 @@ use comfy_table::{presets, ContentArrangement, Table};
 use owo_colors::Style;
 
 use super::color::paint;
-use super::model::{Analysis, Finding, Severity, Verdict};
 use super::RenderOpts;
+use crate::model::{Analysis, Finding, Severity, Verdict};
 
 fn verdict_style(v: Verdict) -> Style {
     match v {

@@ -227,7 +227,7 @@ fn num(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::Severity;
+    use crate::model::Severity;
     use crate::repro::leftovers::Leftovers;
     use crate::repro::matrix::AxisKind;
     use crate::repro::result::{AxisValueOut, RuleHit};

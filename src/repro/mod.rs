@@ -24,7 +24,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{Format, ReproArgs, RuleOpts};
-use crate::report::model::Analysis;
+use crate::model::Analysis;
 use matrix::{AxisKind, Plan, Workload};
 use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::launch::Outcome;
 use super::leftovers::Leftovers;
 use super::markers::RankMarkers;
-use crate::report::model::{Severity, Verdict};
+use crate::model::{Severity, Verdict};
 
 pub const SCHEMA_VERSION: u32 = 1;
 pub const CELLS_FILE: &str = "cells.json";

@@ -19,7 +19,7 @@ use regex::{Regex, RegexSet};
 use super::schema::{self, Fingerprint, Marker, Phase, Rule};
 use super::version::Version;
 use crate::log::{self, Input, Level};
-use crate::report::model::{
+use crate::model::{
     Analysis, Evidence, Finding, InputSummary, Severity, Template, Unexplained, Verdict, VersionNote, SCHEMA_VERSION,
 };
 

@@ -13,7 +13,7 @@ use super::{Engine, Options};
 use crate::cli::RuleOpts;
 use crate::exit;
 use crate::log::Input;
-use crate::report::model::Analysis;
+use crate::model::Analysis;
 
 const MATCH: &str = "#=MATCH=# ";
 
