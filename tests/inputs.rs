@@ -78,3 +78,20 @@ fn a_zip_bomb_stops_with_a_note() {
     assert!(notes.contains("bomb.zip!rank0.log") && notes.contains("unpacks to more than 100 bytes"), "{notes}");
     assert!(v["inputs"][0]["bytes"].as_u64().unwrap() <= 100);
 }
+
+#[test]
+fn a_pipe_is_read_from_its_first_byte() {
+    // What `explain <(zcat log.gz)` hands over: a FIFO. Looking at its start must not eat it.
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, TEARDOWN.repeat(3)).unwrap())
+    };
+    let (code, v, err) = explain_json(&[&fifo]);
+    writer.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["inputs"][0]["lines"], 3);
+    assert_eq!(v["verdict"], "benign");
+}

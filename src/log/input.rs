@@ -181,7 +181,10 @@ pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded
                 anyhow::bail!("folder {} holds no log files", p.display());
             }
         } else {
-            File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            // (Not a pipe: opening one and closing it again would lose its writer.)
+            if meta.is_file() {
+                File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            }
             x.add(Src::File(p.clone()), 0, false);
         }
     }
@@ -273,6 +276,12 @@ impl<'l> Expander<'l> {
     /// archive, not named by the user) and keep it, open it as an archive, or skip it.
     pub(super) fn add(&mut self, src: Src, depth: usize, found: bool) {
         let name = src.name();
+        // A pipe (`<(cmd)`, /dev/stdin) or a device: looking at its start would consume it.
+        if let Src::File(p) = &src {
+            if !std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+                return self.out.push(src.into_input());
+            }
+        }
         let head = match head_of(&src) {
             Ok(h) => h,
             // Unreadable or corrupt from the start: the engine reads it and says what is wrong.
