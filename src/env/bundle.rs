@@ -101,13 +101,16 @@ pub fn demote_headings(md: &str) -> String {
     out
 }
 
+/// The report's first line (`explain` knows the document by it and does not read it as a log).
+pub const HEADING: &str = "# epdoctor report";
+
 pub fn compose(
     env: &super::EnvReport,
     analysis: Option<&crate::model::Analysis>,
     repro: Option<&Repro>,
     logs: &[PathBuf],
 ) -> String {
-    let mut s = String::from("# epdoctor report\n\n");
+    let mut s = format!("{HEADING}\n\n");
     // A few lines a maintainer reads first.
     let mut facts = Vec::new();
     if let Some(a) = analysis {

@@ -71,6 +71,9 @@ pub fn code_block(lines: &[String]) -> String {
     s
 }
 
+/// How the document starts (`explain` knows it by this and does not read it as a log).
+pub const HEADING: &str = "### epdoctor explain: ";
+
 pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
     if opts.redact {
         // Learn every hostname first, so a name is masked even where it appears before the line
@@ -88,7 +91,7 @@ pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
         Verdict::Actionable => "actionable: a real problem",
         Verdict::Unknown => "unknown: warnings no rule explains",
     };
-    let _ = writeln!(s, "### epdoctor explain: **{verdict}**\n");
+    let _ = writeln!(s, "{HEADING}**{verdict}**\n");
     let mut facts = vec![format!("epdoctor {}", a.tool_version)];
     facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
     facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));

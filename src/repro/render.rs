@@ -213,8 +213,11 @@ pub fn text(run: &Run, dir: &Path) -> String {
     s
 }
 
+/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
+pub const HEADING: &str = "# epdoctor repro";
+
 pub fn markdown(run: &Run, dir: &Path) -> String {
-    let mut s = String::from("# epdoctor repro\n\n");
+    let mut s = format!("{HEADING}\n\n");
     if let Some(p) = partial_note(run) {
         let _ = writeln!(s, "**{p}**\n");
     }

@@ -1014,6 +1014,7 @@ fn size_hint(input: &Input) -> u64 {
         Input::Stdin => 0,
         Input::Memory { text, .. } => text.len() as u64,
         Input::Bytes { bytes, .. } => bytes.len() as u64,
+        Input::Member(m) => m.size(),
     }
 }
 
@@ -1682,7 +1683,7 @@ mod tests {
     fn equivalence_on_given_logs() {
         let paths: Vec<std::path::PathBuf> =
             std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
-        let inputs = log::expand(&paths).unwrap();
+        let inputs = log::expand(&paths).unwrap().inputs;
         same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
     }
 }
