@@ -4,12 +4,12 @@
 //! `repro` and `env` reuse that engine.
 
 pub mod cli;
+pub mod commands;
 pub mod env;
 pub mod exit;
-pub mod explain;
 pub mod log;
 pub mod model;
-pub mod report;
+pub mod output;
 pub mod repro;
 pub mod rules;
 pub mod worker;
@@ -41,12 +41,12 @@ where
             return ExitCode::from(if e.use_stderr() { exit::ERROR } else { exit::OK });
         }
     };
-    report::color::init(cli.color);
+    output::color::init(cli.color);
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
-            report::color::print_error(&e);
+            output::color::print_error(&e);
             ExitCode::from(exit::ERROR)
         }
     }
@@ -54,10 +54,10 @@ where
 
 fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
-        Command::Explain(args) => explain::run(&args),
+        Command::Explain(args) => commands::explain::run(&args),
         Command::Repro(args) => repro::run(&args),
         Command::Env(args) => env::run(&args),
-        Command::Report(args) => env::report_command(&args),
+        Command::Report(args) => commands::report::run(&args),
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => rules::command(cmd),
         Command::Kernels(args) => worker::kernels_command(&args),

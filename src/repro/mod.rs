@@ -12,7 +12,6 @@ pub mod launch;
 pub mod leftovers;
 pub mod markers;
 pub mod matrix;
-pub mod render;
 pub mod result;
 
 use std::collections::BTreeSet;
@@ -25,6 +24,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{Format, ReproArgs, RuleOpts};
 use crate::model::Analysis;
+use crate::output::repro as render;
 use matrix::{AxisKind, Plan, Workload};
 use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 
@@ -32,12 +32,12 @@ pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 
 /// The one call into the explain engine.
 pub(crate) fn explain_cell(paths: &[PathBuf], rules: &RuleOpts) -> anyhow::Result<Analysis> {
-    crate::explain::analyze(paths, rules)
+    crate::commands::explain::analyze(paths, rules)
 }
 
 /// The one call into the redactor: report.md is meant to be pasted into an issue.
 fn redact(markdown: &str) -> String {
-    let mut r = crate::report::redact::Redactor::new();
+    let mut r = crate::output::redact::Redactor::new();
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
         r.learn_host(h.trim());
     }

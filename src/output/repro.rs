@@ -6,9 +6,9 @@ use std::path::Path;
 
 use comfy_table::{presets, ContentArrangement, Table};
 
-use super::compare::{effect_line, site_line};
-use super::matrix::AxisKind;
-use super::result::{Cell, CellStatus, Run, RunStatus};
+use crate::repro::compare::{effect_line, site_line};
+use crate::repro::matrix::AxisKind;
+use crate::repro::result::{Cell, CellStatus, Run, RunStatus};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Style {

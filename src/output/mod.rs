@@ -1,11 +1,12 @@
 //! One writer per format of the result model (`crate::model`): text (colour, tables), Markdown (paste-ready,
 //! redacted), JSON (the contract).
 pub mod color;
+pub mod env;
+pub mod explain_md;
+pub mod explain_text;
 pub mod json;
-pub mod markdown;
-
 pub mod redact;
-pub mod text;
+pub mod repro;
 
 use crate::cli::Format;
 use crate::model::Analysis;
@@ -20,8 +21,8 @@ pub struct RenderOpts {
 
 pub fn render(a: &Analysis, format: Format, opts: &RenderOpts) -> String {
     match format {
-        Format::Text => text::render(a, opts),
-        Format::Md => markdown::render(a, opts, &mut redact::Redactor::new()),
+        Format::Text => explain_text::render(a, opts),
+        Format::Md => explain_md::render(a, opts, &mut redact::Redactor::new()),
         Format::Json => json::render(a),
     }
 }

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
+use super::explain_text::ranks;
 use super::redact::Redactor;
-use super::text::ranks;
 use super::RenderOpts;
 use crate::model::{Analysis, Finding, Verdict};
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::cli::{ExplainArgs, RuleOpts};
 use crate::log;
 use crate::model::Analysis;
-use crate::report::{self, RenderOpts};
+use crate::output::{self as report, RenderOpts};
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.

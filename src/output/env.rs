@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 use comfy_table::{presets, ContentArrangement, Table};
 use owo_colors::Style;
 
-use super::checks::{human_bytes, Check, Status};
-use super::EnvReport;
+use super::color::paint;
+use super::redact::Redactor;
 use crate::cli::Format;
-use crate::report::color::paint;
-use crate::report::redact::Redactor;
+use crate::env::checks::{human_bytes, Check, Status};
+use crate::env::EnvReport;
 
 pub fn render(r: &EnvReport, format: Format, redact_md: bool) -> String {
     match format {
@@ -64,7 +64,7 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn lib_version(l: &super::libs::LibFile) -> String {
+fn lib_version(l: &crate::env::libs::LibFile) -> String {
     match (&l.version, &l.cuda) {
         (Some(v), Some(c)) => format!("{v}+cuda{c}"),
         (Some(v), None) => v.clone(),
@@ -72,7 +72,7 @@ fn lib_version(l: &super::libs::LibFile) -> String {
     }
 }
 
-fn holders(h: &[super::procs::Holder]) -> String {
+fn holders(h: &[crate::env::procs::Holder]) -> String {
     if h.is_empty() {
         "-".into()
     } else {
@@ -306,7 +306,7 @@ pub fn text(r: &EnvReport) -> String {
     s
 }
 
-fn lib_path(l: &super::libs::LibFile) -> String {
+fn lib_path(l: &crate::env::libs::LibFile) -> String {
     if l.path == l.real_path {
         l.path.clone()
     } else {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::cli::{Format, ReportArgs};
-use crate::report::{self, RenderOpts};
+use crate::env;
+use crate::output::{self as report, RenderOpts};
 
 pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
@@ -29,11 +30,11 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     let analysis = if args.logs.is_empty() {
         None
     } else {
-        Some(crate::explain::analyze(&args.logs, &args.rule_opts).context("explaining the logs")?)
+        Some(super::explain::analyze(&args.logs, &args.rule_opts).context("explaining the logs")?)
     };
-    let env = super::collect(&super::Sources::system(Duration::from_secs_f64(args.python_timeout)));
+    let env = env::collect(&env::Sources::system(Duration::from_secs_f64(args.python_timeout)));
     let doc = compose(&env, analysis.as_ref(), repro.as_ref(), &args.logs);
-    let doc = if args.no_redact { doc } else { super::render::redact(&env, &doc) };
+    let doc = if args.no_redact { doc } else { crate::output::env::redact(&env, &doc) };
     match &args.output {
         None => {
             let mut so = std::io::stdout().lock();
@@ -102,7 +103,7 @@ pub fn demote_headings(md: &str) -> String {
 }
 
 pub fn compose(
-    env: &super::EnvReport,
+    env: &env::EnvReport,
     analysis: Option<&crate::model::Analysis>,
     repro: Option<&Repro>,
     logs: &[PathBuf],
@@ -144,7 +145,7 @@ pub fn compose(
     let warn: Vec<&str> = env
         .checks
         .iter()
-        .filter(|c| matches!(c.status, super::checks::Status::Warn | super::checks::Status::Fail))
+        .filter(|c| matches!(c.status, env::checks::Status::Warn | env::checks::Status::Fail))
         .map(|c| c.title.as_str())
         .collect();
     if !warn.is_empty() {
@@ -188,7 +189,7 @@ pub fn compose(
     }
 
     s.push('\n');
-    s.push_str(&super::render::markdown(env, 2));
+    s.push_str(&crate::output::env::markdown(env, 2));
     s
 }
 
