@@ -90,7 +90,7 @@ pub struct ExplainArgs {
     pub format: Format,
 
     /// Keep hostnames, addresses and home paths in Markdown output (redacted by default).
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Group the lines no rule explains by template, to help write new rules.
@@ -169,7 +169,7 @@ pub struct EnvArgs {
     pub format: Format,
 
     /// Keep hostnames, addresses and home paths (redacted by default in Markdown).
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Seconds allowed for probing python3/torch.
@@ -188,7 +188,7 @@ pub struct ReportArgs {
     pub repro: Option<PathBuf>,
 
     /// Keep hostnames, addresses and home paths.
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Write the report here instead of stdout (an existing file is never overwritten).
@@ -235,7 +235,7 @@ pub enum RulesCommand {
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// Rewrite each fixture's expectations with what the engine now finds.
-        #[arg(long, env = "EPDOCTOR_BLESS")]
+        #[arg(long, env = "EPDOCTOR_BLESS", value_parser = env_bool)]
         bless: bool,
         #[command(flatten)]
         rule_opts: RuleOpts,
@@ -296,4 +296,14 @@ pub struct WorkloadSize {
     /// Dispatch + combine iterations.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
+}
+
+/// The value of a boolean flag's environment twin: 1/0, true/false, yes/no, on/off (any case); an
+/// empty value is false, as for NO_COLOR.
+fn env_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "y" => Ok(true),
+        "0" | "false" | "no" | "off" | "n" | "" => Ok(false),
+        _ => Err("expected 1/0, true/false, yes/no or on/off".into()),
+    }
 }

@@ -282,3 +282,55 @@ fn user_rule_overrides_builtin_by_id() {
     assert_eq!(v["verdict"], "actionable");
     assert_eq!(v["primary"]["title"], "my own title");
 }
+
+#[test]
+fn boolean_environment_twins_take_the_usual_spellings() {
+    let md = |v: &str| {
+        let out = epdoctor()
+            .env("EPDOCTOR_NO_REDACT", v)
+            .args(["explain", "--format", "md", "tests/fixtures/snap/two-ranks.log"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "EPDOCTOR_NO_REDACT={v}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for on in ["1", "true", "yes", "on", "TRUE"] {
+        assert!(md(on).contains("gpu-a17"), "EPDOCTOR_NO_REDACT={on} keeps the hostname");
+    }
+    for off in ["0", "false", "no", "off", ""] {
+        assert!(!md(off).contains("gpu-a17"), "EPDOCTOR_NO_REDACT={off:?} still redacts");
+    }
+    // The README's own example: EPDOCTOR_BLESS=1 is accepted (here on a copy of one fixture).
+    let d = tempfile::tempdir().unwrap();
+    let fx = d.path().join("teardown.log");
+    std::fs::copy("rules/fixtures/teardown/deepep-41-abort-pair.log", &fx).unwrap();
+    let out = epdoctor().env("EPDOCTOR_BLESS", "1").args(["rules", "test"]).arg(&fx).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The README names exactly the flags that have an `EPDOCTOR_*` twin.
+#[test]
+fn readme_lists_every_environment_twin() {
+    use clap::CommandFactory;
+    fn walk(c: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        for a in c.get_arguments() {
+            if let Some(e) = a.get_env() {
+                out.insert(e.to_string_lossy().into_owned());
+            }
+        }
+        c.get_subcommands().filter(|s| !s.is_hide_set()).for_each(|s| walk(s, out));
+    }
+    let mut twins = Default::default();
+    walk(&epdoctor::cli::Cli::command(), &mut twins);
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let start = readme.find("\nEnvironment twins:").expect("an 'Environment twins:' paragraph");
+    let line = readme[start + 1..].split("\n\n").next().unwrap();
+    let listed: std::collections::BTreeSet<String> = line
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.starts_with("EPDOCTOR_"))
+        .map(|w| w.split('=').next().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, twins, "README's 'Environment twins:' line vs the flags in src/cli.rs");
+}
