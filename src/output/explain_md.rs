@@ -5,82 +5,24 @@
 use std::fmt::Write as _;
 
 use super::explain_text::ranks;
+use super::markdown::{inline, Md};
 use super::redact::Redactor;
 use super::RenderOpts;
 use crate::model::{Analysis, Finding, Verdict};
 
-/// Escape text for a Markdown table cell or a line of prose: no HTML, no mentions, no pipes, no
-/// links or issue references (GitHub also links bare `http://...`, `www....`, `#123` and `GH-123`;
-/// a zero-width space breaks each of them).
-pub fn inline(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            ':' if chars.peek() == Some(&'/') => out.push_str(":\u{200b}"),
-            '.' if out.len() >= 3 && out.as_bytes()[out.len() - 3..].eq_ignore_ascii_case(b"www") => {
-                out.push_str("\u{200b}.")
-            }
-            // Issue references: `#123`, `GH-123`.
-            '#' if chars.peek().is_some_and(char::is_ascii_digit) => out.push_str("\\#\u{200b}"),
-            '-' if chars.peek().is_some_and(char::is_ascii_digit)
-                && out.len() >= 2
-                && out.as_bytes()[out.len() - 2..].eq_ignore_ascii_case(b"gh") =>
-            {
-                out.push_str("\u{200b}-")
-            }
-            '|' => out.push_str("\\|"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '@' => out.push_str("@\u{200b}"),
-            '[' | ']' | '`' | '*' | '_' | '#' | '!' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '\n' | '\r' => out.push(' '),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-/// A fenced code block whose fence cannot be closed by the content.
-pub fn code_block(lines: &[String]) -> String {
-    let longest = lines
-        .iter()
-        .map(|l| {
-            let mut best = 0;
-            let mut run = 0;
-            for c in l.chars() {
-                run = if c == '`' { run + 1 } else { 0 };
-                best = best.max(run);
-            }
-            best
-        })
-        .max()
-        .unwrap_or(0);
-    let fence = "`".repeat(longest.max(2) + 1);
-    let mut s = format!("{fence}text\n");
-    for l in lines {
-        s.push_str(l);
-        s.push('\n');
-    }
-    s.push_str(&fence);
-    s.push('\n');
-    s
-}
-
 pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
-    if opts.redact {
-        // Learn every hostname first, so a name is masked even where it appears before the line
-        // that reveals it as a hostname.
-        for f in &a.findings {
-            f.evidence.iter().for_each(|e| red.learn(&e.text));
-        }
-        a.unexplained.iter().for_each(|u| red.learn(&u.text));
+    let mut md = Md::new(opts.redact.then_some(red));
+    write(a, opts, &mut md)
+}
+
+/// The explain section of a document whose redactor is `md`'s (`report` writes several sections).
+pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
+    // Learn every hostname first, so a name is masked even where it appears before the line
+    // that reveals it as a hostname.
+    for f in &a.findings {
+        f.evidence.iter().for_each(|e| md.learn(&e.text));
     }
-    let mut rd = |s: &str| if opts.redact { red.redact(s) } else { s.to_string() };
+    a.unexplained.iter().for_each(|u| md.learn(&u.text));
     let mut s = String::new();
     let verdict = match a.verdict {
         Verdict::Clean => "clean: no warnings or errors",
@@ -99,7 +41,7 @@ pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
     if let Some(p) = &a.primary {
         let head = if a.verdict == Verdict::Actionable { "Primary finding" } else { "What it is" };
         let _ = writeln!(s, "**{head}: `{}`**: {}\n", p.rule, inline(&p.title));
-        finding_md(&mut s, p, opts.evidence, &mut rd);
+        finding_md(&mut s, p, opts.evidence, md);
     }
     let others: Vec<&Finding> =
         a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
@@ -122,27 +64,27 @@ pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
         let _ = writeln!(s, "<details><summary>Other findings ({})</summary>\n", others.len());
         for f in others {
             let _ = writeln!(s, "**`{}`**: {}\n", f.rule, inline(&f.title));
-            finding_md(&mut s, f, opts.evidence.min(3), &mut rd);
+            finding_md(&mut s, f, opts.evidence.min(3), md);
         }
         let _ = writeln!(s, "</details>\n");
     }
     if !a.unexplained.is_empty() {
         let _ = writeln!(s, "<details><summary>Unexplained warning/error lines ({})</summary>\n", a.unexplained.len());
         let lines: Vec<String> =
-            a.unexplained.iter().take(50).map(|u| rd(&format!("{}:{}: {}", u.source, u.line, u.text))).collect();
-        s.push_str(&code_block(&lines));
+            a.unexplained.iter().take(50).map(|u| format!("{}:{}: {}", u.source, u.line, u.text)).collect();
+        s.push_str(&md.block(&lines));
         let _ = writeln!(s, "\n</details>\n");
     }
     if !a.notes.is_empty() {
         for n in &a.notes {
-            let _ = writeln!(s, "> note: {}", inline(&rd(n)));
+            let _ = writeln!(s, "> note: {}", md.text(n));
         }
         s.push('\n');
     }
     s
 }
 
-fn finding_md(s: &mut String, f: &Finding, evidence: usize, rd: &mut dyn FnMut(&str) -> String) {
+fn finding_md(s: &mut String, f: &Finding, evidence: usize, md: &mut Md) {
     if let Some(c) = &f.context {
         let _ = writeln!(s, "> {}\n", inline(c));
     }
@@ -159,31 +101,10 @@ fn finding_md(s: &mut String, f: &Finding, evidence: usize, rd: &mut dyn FnMut(&
         .take(evidence.max(1))
         .map(|e| {
             let rank = e.rank.map(|r| format!(" [rank {r}]")).unwrap_or_default();
-            rd(&format!("{}:{}{}: {}", e.source, e.line, rank, e.text))
+            format!("{}:{}{}: {}", e.source, e.line, rank, e.text)
         })
         .collect();
     s.push('\n');
-    s.push_str(&code_block(&lines));
+    s.push_str(&md.block(&lines));
     s.push('\n');
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fence_outgrows_backticks() {
-        let b = code_block(&["a ``` b".to_string()]);
-        assert!(b.starts_with("````text\n"), "{b}");
-        assert!(b.ends_with("````\n"));
-    }
-
-    #[test]
-    fn inline_neutralises_html_and_mentions() {
-        let s = inline("<img src=x> @octocat [x](http://e) | y https://bare.example www.evil.example");
-        assert!(!s.contains("<img") && !s.contains("@octocat") && s.contains("\\[x\\](") && s.contains("\\|"), "{s}");
-        assert!(!s.contains("http://") && !s.contains("https://") && !s.contains("www."), "{s}");
-        let s = inline("fixes #12 and GH-7, x-1 stays, WWW.X");
-        assert!(!s.contains("#12") && !s.contains("GH-7") && s.contains("x-1") && !s.contains("WWW."), "{s}");
-    }
 }

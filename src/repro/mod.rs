@@ -35,13 +35,13 @@ pub(crate) fn explain_cell(paths: &[PathBuf], rules: &RuleOpts) -> anyhow::Resul
     crate::commands::explain::analyze(paths, rules)
 }
 
-/// The one call into the redactor: report.md is meant to be pasted into an issue.
-fn redact(markdown: &str) -> String {
+/// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
+fn report_md(run: &Run, dir: &Path) -> String {
     let mut r = crate::output::redact::Redactor::new();
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
         r.learn_host(h.trim());
     }
-    r.redact(markdown)
+    render::markdown(run, dir, &mut crate::output::markdown::Md::new(Some(&mut r)), 1)
 }
 
 struct SignalStop;
@@ -330,7 +330,7 @@ fn write_outputs(dir: &Path, run: &mut Run, plan: &Plan) -> anyhow::Result<()> {
     run.where_fired = compare::sites(&run.axes, &run.cells);
     let json = serde_json::to_string_pretty(&*run)? + "\n";
     write_atomic(&dir.join(CELLS_FILE), &json)?;
-    write_atomic(&dir.join(REPORT_FILE), &redact(&render::markdown(run, dir)))
+    write_atomic(&dir.join(REPORT_FILE), &report_md(run, dir))
 }
 
 fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
