@@ -183,9 +183,9 @@ pub struct ReportArgs {
     #[arg(value_name = "LOG")]
     pub logs: Vec<PathBuf>,
 
-    /// A repro run folder whose comparison goes into the report.
-    #[arg(long, value_name = "DIR")]
-    pub repro: Option<PathBuf>,
+    /// Repro run folders whose comparisons go into the report (`--repro A B`, or repeat the flag).
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    pub repro: Vec<PathBuf>,
 
     /// Keep hostnames, addresses and home paths.
     #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]

@@ -7,6 +7,7 @@ pub mod explain_text;
 pub mod json;
 pub mod markdown;
 pub mod redact;
+pub mod report;
 pub mod repro;
 
 use crate::cli::Format;

@@ -26,7 +26,7 @@ fn res() -> &'static Res {
     static R: OnceLock<Res> = OnceLock::new();
     R.get_or_init(|| Res {
         // `host:pid:tid [dev]` at the start of an NCCL line (after an optional timestamp/rank prefix).
-        nccl_host: Regex::new(r"(?:^|[\s\]])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
+        nccl_host: Regex::new(r"(?:^|[\s\]'\x22`(=])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
         // NCCL's socket address forms `name<port>` and `name<ip:port>` (e.g. "Connection closed by
         // remote peer node7<41234>", "... peer node7.cluster<10.1.2.3:45678>").
         addr_host: Regex::new(r"\b([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)<[0-9A-Za-z_.:%\[\]-]*\d>").unwrap(),
@@ -73,7 +73,7 @@ impl Redactor {
         }
     }
 
-    /// Learn hostnames from a text before redacting it, so every mention gets the same pseudonym.
+    /// Learn hostnames from a text (also quoted, as in a command line `echo 'node7:1:2 [0] ...'`) before redacting it, so every mention gets the same pseudonym.
     pub fn learn(&mut self, text: &str) {
         let r = res();
         for line in text.lines() {

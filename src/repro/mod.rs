@@ -339,7 +339,7 @@ fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Read a run folder's cells.json (for `epdoctor report --repro DIR`).
+/// Read a run folder's cells.json: the one loader (`epdoctor report --repro DIR`).
 pub fn load_run(dir: &Path) -> anyhow::Result<Run> {
     let p = dir.join(CELLS_FILE);
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
