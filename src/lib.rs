@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod commands;
 pub mod env;
+mod error;
 pub mod exit;
 pub mod log;
 pub mod model;
@@ -47,7 +48,7 @@ where
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
             output::color::print_error(&e);
-            ExitCode::from(exit::ERROR)
+            ExitCode::from(e.downcast_ref::<error::Error>().map_or(exit::ERROR, error::Error::exit_code))
         }
     }
 }

@@ -706,3 +706,37 @@ fn log_text_reaches_report_md_escaped_and_redacted() {
         assert!(!markup.contains(raw), "{raw} reaches report.md as markup:\n{report}");
     }
 }
+
+#[test]
+fn every_usage_error_is_found_before_any_cell_runs() {
+    let s = Scratch::new();
+    let bad = s.dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[rule]]\nid = \"x\"\nthis is not toml\n").unwrap();
+    let out = run_ok(s.cmd().arg("--rules").arg(&bad).args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "a bad rule file is a usage error: {}", stderr(&out));
+    assert!(stderr(&out).contains("bad.toml"), "{}", stderr(&out));
+    assert!(!s.run().exists(), "no run folder for a usage error");
+
+    // Several problems: one message naming each.
+    let out = run_ok(s.cmd().arg("--rules").arg(&bad).args(["--teardown", "clean,explode", "--timeout", "0"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    for want in ["bad.toml", "unknown teardown mode \"explode\"", "--timeout must be a positive number"] {
+        assert!(err.contains(want), "{want:?} missing from {err}");
+    }
+    assert!(!s.run().exists());
+}
+
+#[test]
+fn the_builtin_workload_without_gpu_libraries_is_refused_before_running() {
+    let gpus = std::fs::read_dir("/proc/driver/nvidia/gpus").map(|d| d.count()).unwrap_or(0);
+    if gpus > 0 {
+        eprintln!("this machine has an NVIDIA driver: the no-GPU refusal cannot be seen here");
+        return;
+    }
+    let s = Scratch::new();
+    let out = run_ok(s.cmd().env_remove("EPDOCTOR_WORKER_CMD").args(["--ranks", "2"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the workload needs GPU libraries that cannot be loaded"), "{}", stderr(&out));
+    assert!(!s.run().exists(), "no run folder: nothing was run");
+}
