@@ -334,3 +334,49 @@ fn readme_lists_every_environment_twin() {
         .collect();
     assert_eq!(listed, twins, "README's 'Environment twins:' line vs the flags in src/cli.rs");
 }
+
+#[test]
+fn rule_prose_is_markdown_log_text_stays_escaped_and_the_rank_is_said_once() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.toml");
+    std::fs::write(
+        &rules,
+        r#"[[rule]]
+id = "prose-check"
+title = "Teardown <b>x</b> check"
+category = "teardown"
+severity = "error"
+patterns = ['ProcessGroupNCCL\.cpp:\d+\] Warning: prose check']
+root_cause = "The `ncclCommAbort` path ran, as in NCCL <2.23.4."
+fix = "Call `destroy_process_group()` **before** exit."
+refs = ["https://github.com/pytorch/pytorch/issues/1"]
+"#,
+    )
+    .unwrap();
+    let log = d.path().join("rank2.log");
+    std::fs::write(
+        &log,
+        "[rank2]:[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1575] Warning: prose check <img src=x> `tick`\n",
+    )
+    .unwrap();
+    let out = epdoctor()
+        .args(["explain", "--no-builtin-rules", "--rules"])
+        .arg(&rules)
+        .args(["--format", "md"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        md.contains("The `ncclCommAbort` path ran, as in NCCL &lt;2.23.4."),
+        "rule prose renders as Markdown:\n{md}"
+    );
+    assert!(md.contains("Call `destroy_process_group()` **before** exit."), "{md}");
+    assert!(md.contains("Teardown &lt;b&gt;x&lt;/b&gt; check") || md.contains("Teardown &lt;b>x&lt;/b> check"), "{md}");
+    // The log line sits in a code block, verbatim.
+    assert!(md.contains("Warning: prose check <img src=x> `tick`"), "{md}");
+    assert!(!md.contains("[rank 2]: [rank2]:"), "the rank is not said twice:\n{md}");
+    let text = epdoctor().args(["explain", "--no-builtin-rules", "--rules"]).arg(&rules).arg(&log).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(!text.contains("rank 2: [rank2]:"), "{text}");
+}

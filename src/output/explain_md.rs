@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::explain_text::ranks;
-use super::markdown::{inline, Md};
+use super::markdown::{inline, prose, Md};
 use super::redact::Redactor;
 use super::RenderOpts;
 use crate::model::{Analysis, Finding, Verdict};
@@ -40,7 +40,7 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
     let _ = writeln!(s, "{}\n", inline(&facts.join(" · ")));
     if let Some(p) = &a.primary {
         let head = if a.verdict == Verdict::Actionable { "Primary finding" } else { "What it is" };
-        let _ = writeln!(s, "**{head}: `{}`**: {}\n", p.rule, inline(&p.title));
+        let _ = writeln!(s, "**{head}: `{}`**: {}\n", p.rule, prose(&p.title));
         finding_md(&mut s, p, opts.evidence, md);
     }
     let others: Vec<&Finding> =
@@ -63,7 +63,7 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
     if !others.is_empty() {
         let _ = writeln!(s, "<details><summary>Other findings ({})</summary>\n", others.len());
         for f in others {
-            let _ = writeln!(s, "**`{}`**: {}\n", f.rule, inline(&f.title));
+            let _ = writeln!(s, "**`{}`**: {}\n", f.rule, prose(&f.title));
             finding_md(&mut s, f, opts.evidence.min(3), md);
         }
         let _ = writeln!(s, "</details>\n");
@@ -86,10 +86,10 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
 
 fn finding_md(s: &mut String, f: &Finding, evidence: usize, md: &mut Md) {
     if let Some(c) = &f.context {
-        let _ = writeln!(s, "> {}\n", inline(c));
+        let _ = writeln!(s, "> {}\n", prose(&md.raw(c)));
     }
-    let _ = writeln!(s, "- **Root cause:** {}", inline(&f.root_cause));
-    let _ = writeln!(s, "- **Fix:** {}", inline(&f.fix));
+    let _ = writeln!(s, "- **Root cause:** {}", prose(&f.root_cause));
+    let _ = writeln!(s, "- **Fix:** {}", prose(&f.fix));
     let _ = writeln!(s, "- **Ranks:** {} · **lines:** {}", ranks(&f.ranks), f.count);
     if !f.refs.is_empty() {
         let refs: Vec<String> = f.refs.iter().map(|r| format!("<{}>", r.replace(['<', '>', ' '], ""))).collect();
@@ -100,7 +100,8 @@ fn finding_md(s: &mut String, f: &Finding, evidence: usize, md: &mut Md) {
         .iter()
         .take(evidence.max(1))
         .map(|e| {
-            let rank = e.rank.map(|r| format!(" [rank {r}]")).unwrap_or_default();
+            let rank =
+                e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(" [rank {r}]")).unwrap_or_default();
             format!("{}:{}{}: {}", e.source, e.line, rank, e.text)
         })
         .collect();

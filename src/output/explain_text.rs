@@ -138,7 +138,7 @@ fn write_finding_body(s: &mut String, f: &Finding, evidence: usize) {
     }
     let _ = writeln!(s, "  {}", paint("evidence:", Style::new().bold()));
     for e in f.evidence.iter().take(evidence.max(1)) {
-        let rank = e.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+        let rank = e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(" rank {r}")).unwrap_or_default();
         let _ = writeln!(s, "    {}:{}{}: {}", e.source, e.line, rank, e.text);
     }
     if !f.refs.is_empty() {

@@ -52,6 +52,36 @@ pub(crate) fn inline(s: &str) -> String {
     out
 }
 
+/// The project's own Markdown (rule prose: root cause, fix) on one line: code spans and emphasis
+/// render as written; only `<` is escaped outside code spans, so "NCCL <2.23.4" is not HTML.
+pub(crate) fn prose(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut fence: Option<usize> = None;
+    let b: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == '`' {
+            let n = b[i..].iter().take_while(|&&c| c == '`').count();
+            match fence {
+                Some(f) if f == n => fence = None,
+                None => fence = Some(n),
+                _ => {}
+            }
+            out.extend(&b[i..i + n]);
+            i += n;
+            continue;
+        }
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '<' if fence.is_none() => out.push_str("&lt;"),
+            _ => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// The longest run of backticks in `s`.
 fn longest_backtick_run(s: &str) -> usize {
     let (mut best, mut run) = (0, 0);
@@ -168,6 +198,11 @@ mod tests {
         assert!(!s.contains("#12") && !s.contains("GH-7") && s.contains("x-1") && !s.contains("WWW."), "{s}");
         // A backslash cannot undo the escape that follows it.
         assert_eq!(inline("\\<b>"), "\\\\&lt;b>");
+    }
+
+    #[test]
+    fn prose_keeps_markdown_and_stops_html() {
+        assert_eq!(prose("Call `a<b>` **now**, NCCL <2.23\nok"), "Call `a<b>` **now**, NCCL &lt;2.23 ok");
     }
 
     #[test]

@@ -28,3 +28,11 @@ pub fn render(a: &Analysis, format: Format, opts: &RenderOpts) -> String {
         Format::Json => json::render(a),
     }
 }
+
+/// Whether a log line already starts with its rank (torch's `[rank2]:`, `[rank 2]`), so a writer
+/// does not say it twice.
+pub(crate) fn says_rank(text: &str, rank: u32) -> bool {
+    let t = text.trim_start();
+    let Some(rest) = t.strip_prefix("[rank").or_else(|| t.strip_prefix("[Rank")) else { return false };
+    rest.trim_start().strip_prefix(&rank.to_string()).is_some_and(|r| r.starts_with(']'))
+}
