@@ -97,9 +97,9 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub unexplained: bool,
 
-    /// Evidence lines shown per finding.
-    #[arg(long, default_value_t = 5, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
-    pub evidence: usize,
+    /// Evidence lines shown per finding [default: 5 for the primary finding, 2 (text) or 3 (md) for the others].
+    #[arg(long, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
+    pub evidence: Option<usize>,
 
     /// Stop reading after this many bytes in all (e.g. a stdin that never ends).
     #[arg(long, value_name = "BYTES", env = "EPDOCTOR_MAX_BYTES")]

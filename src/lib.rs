@@ -60,7 +60,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Env(args) => env::run(&args),
         Command::Report(args) => commands::report::run(&args),
         Command::Clean(args) => env::clean(&args),
-        Command::Rules(cmd) => rules::command(cmd),
+        Command::Rules(cmd) => commands::rules::run(cmd),
         Command::Kernels(args) => worker::kernels_command(&args),
         Command::Worker(args) => worker::run(&args),
         Command::Completions { shell } => {

@@ -380,3 +380,50 @@ refs = ["https://github.com/pytorch/pytorch/issues/1"]
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(!text.contains("rank 2: [rank2]:"), "{text}");
 }
+
+#[test]
+fn evidence_n_applies_to_every_finding_in_text_and_md() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.toml");
+    std::fs::write(
+        &rules,
+        r#"[[rule]]
+id = "ev-primary"
+title = "Primary"
+category = "runtime"
+severity = "fatal"
+patterns = ['primary failure']
+root_cause = "x"
+fix = "y"
+
+[[rule]]
+id = "ev-secondary"
+title = "Secondary"
+category = "runtime"
+severity = "warning"
+patterns = ['secondary line \d+']
+root_cause = "x"
+fix = "y"
+"#,
+    )
+    .unwrap();
+    let log = d.path().join("a.log");
+    let mut text = String::from("primary failure\n");
+    for i in 1..=6 {
+        text.push_str(&format!("secondary line {i}\n"));
+    }
+    std::fs::write(&log, text).unwrap();
+    for format in ["text", "md"] {
+        let out = epdoctor()
+            .args(["explain", "--no-builtin-rules", "--evidence", "4", "--format", format, "--rules"])
+            .arg(&rules)
+            .arg(&log)
+            .output()
+            .unwrap();
+        let s = String::from_utf8(out.stdout).unwrap();
+        for i in 1..=4 {
+            assert!(s.contains(&format!("secondary line {i}")), "--evidence 4, {format}: line {i} missing:\n{s}");
+        }
+        assert!(!s.contains("secondary line 5"), "{format}:\n{s}");
+    }
+}

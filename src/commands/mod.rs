@@ -1,3 +1,4 @@
 //! One module per command: its arguments -> a validated config -> the domain -> a writer -> an exit code.
 pub mod explain;
 pub mod report;
+pub mod rules;

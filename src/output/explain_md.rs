@@ -64,7 +64,7 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
         let _ = writeln!(s, "<details><summary>Other findings ({})</summary>\n", others.len());
         for f in others {
             let _ = writeln!(s, "**`{}`**: {}\n", f.rule, prose(&f.title));
-            finding_md(&mut s, f, opts.evidence.min(3), md);
+            finding_md(&mut s, f, opts.evidence_others, md);
         }
         let _ = writeln!(s, "</details>\n");
     }

@@ -9,6 +9,7 @@ pub mod markdown;
 pub mod redact;
 pub mod report;
 pub mod repro;
+pub mod rules;
 
 use crate::cli::Format;
 use crate::model::Analysis;
@@ -17,8 +18,10 @@ use crate::model::Analysis;
 pub struct RenderOpts {
     /// Replace hostnames, addresses, home paths (Markdown; JSON and text keep them unless set).
     pub redact: bool,
-    /// Evidence lines per finding.
+    /// Evidence lines of the primary finding.
     pub evidence: usize,
+    /// Evidence lines of every other finding (`--evidence N` sets both; by default fewer).
+    pub evidence_others: usize,
 }
 
 pub fn render(a: &Analysis, format: Format, opts: &RenderOpts) -> String {

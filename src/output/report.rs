@@ -77,7 +77,11 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
         Some(a) => {
             let logs: Vec<String> = doc.logs.iter().map(|p| md.code(&p.display().to_string())).collect();
             let _ = writeln!(s, "Explained: {}\n", logs.join(", "));
-            s.push_str(&super::explain_md::write(a, &RenderOpts { redact: true, evidence: 5 }, &mut md));
+            s.push_str(&super::explain_md::write(
+                a,
+                &RenderOpts { redact: true, evidence: 5, evidence_others: 3 },
+                &mut md,
+            ));
         }
         None => {
             let _ = writeln!(s, "No logs were given (`epdoctor report LOG...`).");
