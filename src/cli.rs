@@ -46,8 +46,12 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff), or write every page (one per subcommand) into a folder.
+    Man {
+        /// Write epdoctor.1 and a page per subcommand here instead of printing the main page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Run one rank of the built-in workload (started by `repro`).
     #[command(hide = true)]
     Worker(WorkerArgs),

@@ -16,10 +16,9 @@ pub mod rules;
 pub mod worker;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 
 use cli::{Cli, Command};
 
@@ -63,17 +62,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Rules(cmd) => commands::rules::run(cmd),
         Command::Kernels(args) => worker::kernels_command(&args),
         Command::Worker(args) => worker::run(&args),
-        Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "epdoctor", &mut std::io::stdout());
-            Ok(exit::OK)
-        }
-        Command::Man => {
-            let mut out = std::io::stdout().lock();
-            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
-            out.flush()?;
-            Ok(exit::OK)
-        }
+        Command::Completions { shell } => commands::man::completions(shell),
+        Command::Man { dir } => commands::man::run(dir.as_deref()),
     }
 }
 

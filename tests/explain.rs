@@ -427,3 +427,28 @@ fix = "y"
         assert!(!s.contains("secondary line 5"), "{format}:\n{s}");
     }
 }
+
+#[test]
+fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
+    let out = epdoctor().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
+    for code in ["0", "1", "2", "3", "5"] {
+        assert!(page.contains(&format!(".TP\n{code}\n")), "exit status {code} missing:\n{page}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    epdoctor().args(["man", "--dir"]).arg(d.path()).assert().code(0);
+    let mut named = Vec::new();
+    for e in std::fs::read_dir(d.path()).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for w in text.split_whitespace().filter(|w| w.ends_with("(1)")) {
+            named.push(w.trim_end_matches("(1)").replace("\\-", "-"));
+        }
+    }
+    assert!(named.iter().any(|n| n == "epdoctor-explain"), "{named:?}");
+    for n in named {
+        assert!(d.path().join(format!("{n}.1")).is_file(), "{n}(1) is named but not generated");
+    }
+    assert!(!d.path().join("epdoctor-help.1").exists() && !d.path().join("epdoctor-worker.1").exists());
+}
