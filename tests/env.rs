@@ -225,10 +225,15 @@ fn env_text_runs_without_gpu_and_says_so() {
         "variables",
         "leftovers",
         "checklist",
-        "[warn] NCCL_DEBUG is not set",
+        "[warn] NCCL_DEBUG is not set where epdoctor ran",
     ] {
         assert!(text.contains(part), "missing {part:?} in:\n{text}");
     }
+    // The hint says whose environment it describes: this shell's, not necessarily the job's.
+    assert!(
+        text.contains("a job started from this environment") && text.contains("the job's own environment"),
+        "{text}"
+    );
     // SAFETY: only tries to dlopen libcuda.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         assert!(text.contains("gpu:               no GPU driver"), "{text}");
@@ -511,6 +516,7 @@ fn report_to_a_new_file_and_never_over_one() {
         "## Logs",
         "epdoctor explain",
         "## Environment",
+        "The machine `epdoctor report` ran on, which need not be where the job ran.",
         "### Checklist",
     ] {
         assert!(md.contains(part), "missing {part:?}:\n{md}");
@@ -650,4 +656,32 @@ fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("run-b") && err.contains("is a repro run folder") && err.contains("--repro"), "{err}");
+}
+
+/// Checks cite public sources (or docs/), never a document outside the repository.
+#[test]
+fn env_checks_cite_nothing_outside_the_repository() {
+    let d = tempfile::tempdir().unwrap();
+    for extra in [
+        vec![],
+        vec![
+            ("NCCL_DEBUG", "WARN"),
+            ("NVSHMEM_USE_NCCL", "0"),
+            ("NCCL_ABORT_ON_ERROR", "1"),
+            ("NCCL_NVLS_ENABLE", "1"),
+        ],
+    ] {
+        let mut c = epdoctor(d.path(), d.path());
+        for (k, v) in &extra {
+            c.env(k, v);
+        }
+        let out = c.args(["env", "--format", "json", "--python-timeout", "5"]).output().unwrap();
+        let v = json(&out);
+        for c in v["checks"].as_array().unwrap() {
+            let all = c.to_string();
+            assert!(!all.contains('§') && !all.contains("facts"), "{all}");
+        }
+    }
+    let src = std::fs::read_to_string("src/env/checks.rs").unwrap();
+    assert!(!src.contains("facts §"), "a check cites the shared facts document");
 }

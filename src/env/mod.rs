@@ -1,7 +1,7 @@
-//! `env`, `report` and `clean`: the environment and leftovers a bug report needs.
+//! `env` and `clean`: the environment and leftovers a bug report needs.
 //!
-//! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line agrees
-//! with nccl-teardown-facts.md; `render` writes it as text, Markdown or JSON.
+//! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line cites
+//! its public source; `output::env` writes it as text, Markdown or JSON.
 pub mod checks;
 pub mod clean;
 pub mod elf;

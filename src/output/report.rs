@@ -96,6 +96,10 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
     }
 
     s.push('\n');
-    s.push_str(&super::env::markdown(env, 2, &mut md));
+    let env_md = super::env::markdown(env, 2, &mut md);
+    // The section's heading first, then whose machine it is.
+    let (head, body) = env_md.split_once('\n').unwrap_or((&env_md, ""));
+    let _ = writeln!(s, "{head}\n\nThe machine `epdoctor report` ran on, which need not be where the job ran.");
+    s.push_str(body);
     s
 }
