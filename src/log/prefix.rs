@@ -312,7 +312,7 @@ mod tests {
         let p = strip_prefixes("12: [rank12]:[E ProcessGroupNCCL.cpp:1] boom");
         assert_eq!((p.rank, p.rest), (Some(12), "[E ProcessGroupNCCL.cpp:1] boom"));
         assert_eq!(strip_prefixes(" 3: gpu1:12:34 [0] NCCL WARN x").rank, Some(3));
-        assert_eq!(strip_prefixes("0:   File \"x.py\", line 3").indented, true);
+        assert!(strip_prefixes("0:   File \"x.py\", line 3").indented);
         // Not labels.
         assert_eq!(rest("12:34:56 something"), "12:34:56 something");
         assert_eq!(strip_prefixes("123456: x").rank, None);
