@@ -7,6 +7,7 @@ pub mod cli;
 pub mod env;
 pub mod exit;
 pub mod explain;
+pub mod lint;
 pub mod log;
 pub mod model;
 pub mod report;
@@ -60,6 +61,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Report(args) => env::report_command(&args),
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => rules::command(cmd),
+        Command::Lint(args) => lint::run(&args),
         Command::Kernels(args) => worker::kernels_command(&args),
         Command::Worker(args) => worker::run(&args),
         Command::Completions { shell } => {

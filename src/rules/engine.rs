@@ -605,6 +605,7 @@ impl Engine {
                     line: h.line,
                     rank: resolve(h),
                     text: h.text.clone(),
+                    column: None,
                 })
                 .collect();
             let d = &rule.def;
@@ -622,6 +623,7 @@ impl Engine {
                     fix: d.fix.trim().to_string(),
                     refs: d.refs.clone(),
                     context: None,
+                    torch: None,
                 },
                 earliest.unwrap_or_default(),
                 d.priority,
