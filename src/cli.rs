@@ -251,7 +251,7 @@ pub struct LintArgs {
     pub paths: Vec<PathBuf>,
 
     /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning).
-    #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text)]
+    #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text, env = "EPDOCTOR_LINT_FORMAT")]
     pub format: LintFormat,
 
     /// Run only the checks that apply to this torch version (default: every check).

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 fn epdoctor() -> Command {
     let mut c = Command::cargo_bin("epdoctor").unwrap();
-    c.env_remove("EPDOCTOR_TORCH").env("NO_COLOR", "1");
+    c.env_remove("EPDOCTOR_TORCH").env_remove("EPDOCTOR_LINT_FORMAT").env("NO_COLOR", "1");
     c
 }
 
