@@ -78,6 +78,17 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// For `repro -- CMD`: the findings in the command's `.py` arguments that exist (none if it has none
+/// or one does not parse; lint itself says why).
+pub fn for_command(cmd: &[String]) -> Vec<Finding> {
+    let files: Vec<PathBuf> =
+        cmd.iter().filter(|a| a.ends_with(".py")).map(PathBuf::from).filter(|p| p.is_file()).collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    lint_files(&files, None).map(|r| r.findings).unwrap_or_default()
+}
+
 /// Lint `files` together with the built-in checks.
 pub fn lint_files(files: &[PathBuf], torch: Option<Version>) -> Result<LintReport> {
     let mut sources = Vec::new();
