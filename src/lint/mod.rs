@@ -111,9 +111,14 @@ pub fn lint_sources(sources: Vec<(String, String)>, torch: Option<Version>) -> R
     for (name, text) in sources {
         match python::parse(&name, text) {
             Ok(m) => modules.push(m),
-            Err(e) => {
-                errors.push(Evidence { source: name, line: e.line, rank: None, text: e.text, column: Some(e.column) })
-            }
+            Err(e) => errors.push(Evidence {
+                source: name,
+                line: e.line,
+                rank: None,
+                text: e.text,
+                detail: None,
+                column: Some(e.column),
+            }),
         }
     }
     let program = eval::Program::new(modules);
@@ -165,6 +170,7 @@ fn finding(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Finding {
             line,
             rank: None,
             text: m.line_text(site.start).to_string(),
+            detail: None,
             column: Some(column),
         }],
         root_cause: c.def.root_cause.trim().to_string(),
