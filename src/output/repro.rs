@@ -141,6 +141,10 @@ fn header_lines(run: &Run) -> Vec<String> {
             v.push(format!("{}: {}", a.name, a.values[0].label));
         }
     }
+    for f in &run.lint {
+        let e = &f.evidence[0];
+        v.push(format!("lint predicts: {}:{}: {} [{}] {}", e.source, e.line, f.severity.as_str(), f.rule, f.title));
+    }
     v
 }
 

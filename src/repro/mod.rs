@@ -279,6 +279,7 @@ fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
         Workload::Builtin { ranks } => ("builtin", Vec::new(), Some(*ranks)),
         Workload::Command(c) => ("command", c.clone(), args.ranks),
     };
+    let lint = crate::lint::for_command(&command);
     Run {
         schema_version: result::SCHEMA_VERSION,
         tool_version: crate::VERSION_LINE.to_string(),
@@ -297,6 +298,7 @@ fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
         cells: Vec::new(),
         effects: Vec::new(),
         where_fired: Vec::new(),
+        lint,
     }
 }
 

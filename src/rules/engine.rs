@@ -760,6 +760,7 @@ impl Engine {
                 fix: d.fix.trim().to_string(),
                 refs: d.refs.clone(),
                 context: None,
+                torch: None,
             };
             if ignored_only && !d.benign {
                 finding.benign = true;
@@ -1454,6 +1455,7 @@ impl State {
             rank,
             text: h.text.clone(),
             detail: h.detail.clone(),
+            column: None,
         }
     }
 
