@@ -664,11 +664,11 @@ mod tests {
 
     #[test]
     fn sniff_knows_what_epdoctor_writes() {
-        use crate::report::{self, RenderOpts};
+        use crate::output::{self as report, RenderOpts};
         let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
         let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
         let a = engine.analyze(&inputs, &Default::default()).unwrap();
-        let ro = RenderOpts { redact: true, evidence: 3 };
+        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
         for (format, kind) in [
             (crate::cli::Format::Text, "epdoctor explain's text"),
             (crate::cli::Format::Md, "epdoctor explain's Markdown"),
