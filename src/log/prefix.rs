@@ -149,12 +149,24 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             return Some(&after[1..]);
         }
     }
+    // A collector's or launcher's own tag, `[vllm]:`, `[worker-0]:`: a name, then `:`. Level tags
+    // (`[INFO]:`, `[ERROR]:`) are the message's own and stay.
+    if after.starts_with(':')
+        && (2..=32).contains(&inner.len())
+        && inner.starts_with(|c: char| c.is_ascii_alphabetic())
+        && inner.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && !LEVEL_TAGS.iter().any(|l| inner.eq_ignore_ascii_case(l))
+    {
+        return Some(&after[1..]);
+    }
     // kubectl logs --prefix: `[pod/<pod>/<container>] `.
     if inner.starts_with("pod/") && inner.matches('/').count() == 2 && after.starts_with(' ') {
         return Some(&after[1..]);
     }
     None
 }
+
+const LEVEL_TAGS: [&str; 9] = ["info", "warning", "warn", "error", "debug", "critical", "fatal", "trace", "notice"];
 
 /// Ray's worker prefix: `(RayWorkerWrapper pid=123, ip=10.0.0.1) `, `(pid=123) `,
 /// `(Runner pid=9, ip=10.1.2.3, actor_id=...) `, `(raylet) `.
@@ -358,6 +370,14 @@ mod tests {
         assert_eq!((p.rank, p.rest), (Some(0), "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x"));
         // zsh's job report keeps its `[1]`: rules read the pid after it.
         assert_eq!(rest("[1]    12345 killed     python train.py"), "[1]    12345 killed     python train.py");
+    }
+
+    #[test]
+    fn named_tags() {
+        let p = strip_prefixes("[vllm]:[rank1]: RuntimeError: x");
+        assert_eq!((p.rank, p.rest), (Some(1), "RuntimeError: x"));
+        assert_eq!(rest("[ERROR]: disk full"), "[ERROR]: disk full");
+        assert_eq!(rest("[W1129 12:00:00.5 x.cpp:1] y"), "[W1129 12:00:00.5 x.cpp:1] y");
     }
 
     #[test]
