@@ -132,11 +132,11 @@ pub fn sniff(name: &str, head: &[u8]) -> Content {
 fn own_output(head: &[u8]) -> Option<&'static str> {
     let text = String::from_utf8_lossy(&head[..head.len().min(512)]);
     let first = text.lines().next().unwrap_or("");
-    if first == crate::repro::render::HEADING {
+    if first == crate::output::repro::HEADING {
         Some("epdoctor repro's report.md")
-    } else if first == crate::env::bundle::HEADING {
+    } else if first == crate::output::report::HEADING {
         Some("an epdoctor report")
-    } else if first.starts_with(crate::report::markdown::HEADING) {
+    } else if first.starts_with(crate::output::explain_md::HEADING) {
         Some("epdoctor explain's Markdown")
     } else if first
         .strip_prefix("verdict: ")
@@ -664,11 +664,11 @@ mod tests {
 
     #[test]
     fn sniff_knows_what_epdoctor_writes() {
-        use crate::report::{self, RenderOpts};
+        use crate::output::{self as report, RenderOpts};
         let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
         let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
         let a = engine.analyze(&inputs, &Default::default()).unwrap();
-        let ro = RenderOpts { redact: true, evidence: 3 };
+        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
         for (format, kind) in [
             (crate::cli::Format::Text, "epdoctor explain's text"),
             (crate::cli::Format::Md, "epdoctor explain's Markdown"),
@@ -677,9 +677,9 @@ mod tests {
             let out = report::render(&a, format, &ro);
             assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
         }
-        let repro = format!("{}\n\n- cells: 4\n", crate::repro::render::HEADING);
+        let repro = format!("{}\n\n- cells: 4\n", crate::output::repro::HEADING);
         assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
-        let bundle = format!("{}\n\n- logs: verdict\n", crate::env::bundle::HEADING);
+        let bundle = format!("{}\n\n- logs: verdict\n", crate::output::report::HEADING);
         assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
         // cells.json as serde writes `repro::result::Run`: its first two fields.
         let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
@@ -699,7 +699,7 @@ mod tests {
         std::fs::write(root.join(".git/objects/ab"), "NCCL WARN in git\n").unwrap();
         std::fs::write(root.join(".venv/lib/x.py"), "NCCL WARN in venv\n").unwrap();
         std::fs::write(root.join(".nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
-        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", crate::repro::render::HEADING))
+        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", crate::output::repro::HEADING))
             .unwrap();
         std::fs::write(root.join("run/cells/c0/rank0.log"), "vm:1:2 [0] NCCL INFO hi\n").unwrap();
         std::fs::write(root.join("rank1.log"), "").unwrap();
