@@ -10,8 +10,9 @@
 //! - a Slurm `--output=...%t...` name: among sibling files (same folder) whose names are identical
 //!   but for one number, that number, when the values are distinct small integers (`job-77-0.out`
 //!   ... `job-77-3.out`); never the job or array id of Slurm's default `slurm-%j.out` and
-//!   `slurm-%A_%a.out`, never a number after a word that counts something else (`node3`, `run2`,
-//!   `attempt1`, `gpu0`, `step5`, ...), never a date, a time or a version (`nccl-2.21.5.log`);
+//!   `slurm-%A_%a.out`, never a number glued to a word (`r1`, `node3`, `gpu0`: the rank words are
+//!   the first case) or after a word that counts something else (`node-3`, `run_2`, `step-5`, ...),
+//!   never a date, a time or a version (`nccl-2.21.5.log`);
 //! - an NCCL_DEBUG_FILE `%h.%p` name (`nccl.gpu-node-3.98765.log`): the host and pid, which the
 //!   engine turns into a rank through the `(host, pid) -> rank` map of the init lines (a name
 //!   that only looks like `host.pid` then simply joins nothing).
@@ -184,8 +185,14 @@ fn template(file: &str) -> Option<(String, Vec<u64>)> {
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
             }
-            // The word just before the number, if it ends right there.
-            let word: String = file[..start]
+            // A number glued to a word (`r1`, `node3`, `x2`) is part of that word; one after a
+            // separator is a candidate unless the word before the separator counts something else
+            // (`node-3`, `run_2`).
+            let before = &file[..start];
+            let glued = before.ends_with(|c: char| c.is_ascii_alphabetic());
+            let word: String = before
+                .strip_suffix(['-', '_', '.'])
+                .unwrap_or("")
                 .chars()
                 .rev()
                 .take_while(char::is_ascii_alphabetic)
@@ -196,7 +203,7 @@ fn template(file: &str) -> Option<(String, Vec<u64>)> {
                 .to_ascii_lowercase();
             let value = file[start..i].parse::<u64>().ok();
             match value {
-                Some(v) if !NOT_RANK_WORDS.contains(&word.as_str()) => {
+                Some(v) if !glued && !NOT_RANK_WORDS.contains(&word.as_str()) => {
                     skeleton.push('#');
                     nums.push(v);
                 }
@@ -328,6 +335,8 @@ mod tests {
         assert_eq!(ranks_from_names(&names), vec![global(0), global(1), global(2), global(3)]);
         // Some ranks' files only: still small numbers starting near 0.
         assert_eq!(ranks_from_names(&["j-9-0.out", "j-9-5.out", "j-9-13.out"]), vec![global(0), global(5), global(13)]);
+        assert_eq!(ranks_from_names(&["out.1234.0.log", "out.1234.1.log"]), vec![global(0), global(1)]);
+        assert_eq!(ranks_from_names(&["0.log", "1.log", "2.log"]), vec![global(0), global(1), global(2)]);
         // The same stem in different folders or with different extensions is not a sibling.
         assert_eq!(ranks_from_names(&["a/job-3.out", "b/job-4.out"]), vec![None, None]);
         assert_eq!(ranks_from_names(&["job-7-3.out", "job-7-4.err"]), vec![None, None]);
@@ -343,7 +352,10 @@ mod tests {
         // Job ids, pids: large numbers.
         assert_eq!(ranks_from_names(&["job-1234.log", "job-1240.log"]), vec![None, None]);
         assert_eq!(ranks_from_names(&["train-31337.log", "train-31338.log"]), vec![None, None]);
-        // Numbers after words that count other things.
+        // Numbers glued to a word, or after words that count other things.
+        assert_eq!(ranks_from_names(&["r1.log", "r2.log"]), vec![None, None]);
+        assert_eq!(ranks_from_names(&["node-0.log", "node-1.log"]), vec![None, None]);
+        assert_eq!(ranks_from_names(&["run_1.log", "run_2.log"]), vec![None, None]);
         assert_eq!(ranks_from_names(&["node0.log", "node1.log"]), vec![None, None]);
         assert_eq!(ranks_from_names(&["gpu0.log", "gpu1.log"]), vec![None, None]);
         assert_eq!(ranks_from_names(&["run1.log", "run2.log"]), vec![None, None]);
@@ -378,6 +390,64 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn archive_members_are_named_like_files() {
+        let names = [
+            "logs.tgz!job-8-0.out",
+            "logs.tgz!job-8-1.out",
+            "x.zip!a/attempt_1/2/stdout.log",
+            "y.tar!nccl.h9.4321.log",
+        ];
+        assert_eq!(
+            ranks_from_names(&names),
+            vec![global(0), global(1), local(2), Some(NameHint::HostPid { host: "h9".into(), pid: 4321 })]
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_order_gives_the_same_answer_per_name(
+            picks in proptest::collection::vec(0usize..POOL.len(), 1..24),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let names: Vec<&str> = picks.iter().map(|&i| POOL[i]).collect();
+            let want = ranks_from_names(&names);
+            // A Fisher-Yates shuffle driven by `seed`.
+            let mut order: Vec<usize> = (0..names.len()).collect();
+            let mut x = seed | 1;
+            for i in (1..order.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let shuffled: Vec<&str> = order.iter().map(|&i| names[i]).collect();
+            let got = ranks_from_names(&shuffled);
+            for (j, &i) in order.iter().enumerate() {
+                proptest::prop_assert_eq!(&got[j], &want[i], "{}", names[i]);
+            }
+        }
+    }
+
+    const POOL: &[&str] = &[
+        "out/job-77-0.out",
+        "out/job-77-1.out",
+        "out/job-77-2.out",
+        "out/job-77-9.out",
+        "out/job-78-0.out",
+        "out/slurm-77.out",
+        "out/slurm-78.out",
+        "rank3.log",
+        "l/attempt_0/1/stderr.log",
+        "nccl.h1.31337.log",
+        "nccl.h1.31338.log",
+        "a.tgz!w-0.log",
+        "a.tgz!w-1.log",
+        "log-2024-05-01.txt",
+        "log-2024-05-02.txt",
+        "gpu0.log",
+    ];
 
     #[test]
     fn independent_of_the_order_of_the_names() {
