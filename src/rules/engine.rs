@@ -90,7 +90,6 @@ pub struct Engine {
     pats: Vec<String>,
     slots: Vec<Slot>,
     nccl_version_re: Regex,
-    rank_map_re: Regex,
     torch_version_re: Regex,
     /// Built when the input turns out big (`big_input` bytes); see `BIG_INPUT`.
     prefilter: OnceLock<log::Prefilter>,
@@ -166,7 +165,6 @@ impl Engine {
             pats,
             slots,
             nccl_version_re,
-            rank_map_re,
             torch_version_re,
             prefilter: OnceLock::new(),
             big_input: BIG_INPUT,
@@ -468,9 +466,7 @@ impl Engine {
                     }
                 }
                 Slot::Internal(Internal::RankMap) => {
-                    if let (Some(c), Some(pid)) = (self.rank_map_re.captures(line), rec.pid) {
-                        let rank: u32 = c[1].parse().unwrap_or(0);
-                        let nranks: u32 = c[2].parse().unwrap_or(0);
+                    if let (Some((rank, nranks)), Some(pid)) = (rank_nranks(line), rec.pid) {
                         // The world communicator (most ranks) names the rank; split comms renumber.
                         let key = (rec.host.unwrap_or("").to_string(), pid);
                         if let Some(e) = st.rank_map.get_mut(&key) {
@@ -499,6 +495,10 @@ impl Engine {
                     }
                 }
             }
+        }
+        if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
+            // Matched only the engine's own patterns (a version, a rank map, a marker).
+            return;
         }
         st.order += 1;
         let hit = Hit {
@@ -1147,6 +1147,20 @@ struct Hit {
     launcher: bool,
     /// What the record adds (innermost frame, backtrace libraries, the restated error).
     detail: Option<String>,
+}
+
+/// `rank N nRanks M` of a communicator line that `rank_map_re` matched, read without running the
+/// regex a second time for its groups (logs of many split communicators have one in seven lines).
+fn rank_nranks(line: &str) -> Option<(u32, u32)> {
+    let c = line.find("comm 0x")?;
+    let i = c + line[c..].find(" rank ")?;
+    let mut it = line[i + 6..].split(' ');
+    let rank = it.next()?.parse().ok()?;
+    let kw = it.next()?;
+    if !kw.eq_ignore_ascii_case("nranks") {
+        return None;
+    }
+    Some((rank, it.next()?.parse().ok()?))
 }
 
 /// A line (or a record's part) as the matcher takes it.
