@@ -14,6 +14,8 @@ pub mod markers;
 pub mod matrix;
 pub mod render;
 pub mod result;
+pub mod slurm;
+pub mod torchrun;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -23,7 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{Format, ReproArgs, RuleOpts};
+use crate::cli::{Format, Launcher, ReproArgs, RuleOpts};
 use crate::model::Analysis;
 use matrix::{AxisKind, Plan, Workload};
 use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
@@ -57,12 +59,13 @@ impl launch::Interrupts for SignalStop {
 
 pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
     let plan = matrix::plan(args, &matrix::Host::from_process())?;
-    let launcher = launcher(args)?;
     let dir = create_run_dir(args.out.as_deref())?;
+    let launcher = launcher(args, &plan)?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
     let _signals = interrupt::install()?;
 
     let mut run = new_run(&plan, args);
+    run.launcher = launcher_out(&launcher);
     write_outputs(&dir, &mut run, &plan)?;
 
     let bar = progress_bar(args, plan.cells.len());
@@ -145,7 +148,7 @@ fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> 
     Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
 }
 
-fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
+fn launcher(args: &ReproArgs, plan: &Plan) -> anyhow::Result<cell::Launcher> {
     let program: OsString = match std::env::var_os(WORKER_CMD_ENV) {
         Some(p) => {
             if !Path::new(&p).is_file() {
@@ -169,7 +172,41 @@ fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
         workload_args.push(k.into());
         workload_args.push(v.to_string().into());
     }
-    Ok(cell::Launcher { program, workload_args, ranks_flag: args.ranks, shm_dir: leftovers::shm_dir() })
+    let l = &args.launch;
+    let via = match l.launcher {
+        Launcher::Local => cell::Via::Local,
+        Launcher::Slurm => {
+            // Without a size, the step gets the plan's ranks.
+            let ranks = match (&plan.workload, l.nodes.or(l.ntasks_per_node)) {
+                (_, _) if args.ranks.is_some() => args.ranks,
+                (Workload::Builtin { ranks }, None) => Some(*ranks),
+                _ => None,
+            };
+            cell::Via::Slurm(slurm::Allocation::acquire(l, ranks)?)
+        }
+        Launcher::Torchrun => cell::Via::Torchrun(l.clone()),
+    };
+    Ok(cell::Launcher { program, workload_args, ranks_flag: args.ranks, shm_dir: leftovers::shm_dir(), via })
+}
+
+fn launcher_out(l: &cell::Launcher) -> Option<result::LauncherOut> {
+    match &l.via {
+        cell::Via::Local => None,
+        cell::Via::Slurm(a) => {
+            Some(result::LauncherOut { kind: "slurm".into(), slurm: Some(a.clone()), command: Vec::new() })
+        }
+        cell::Via::Torchrun(t) => Some(result::LauncherOut {
+            kind: "torchrun".into(),
+            slurm: None,
+            command: std::iter::once("torchrun".to_string())
+                .chain(
+                    torchrun::agent_args(t, Path::new("<cell>"), l.ranks_flag)
+                        .into_iter()
+                        .map(|a| a.to_string_lossy().into_owned()),
+                )
+                .collect(),
+        }),
+    }
 }
 
 fn progress_bar(args: &ReproArgs, n: usize) -> ProgressBar {
@@ -275,6 +312,7 @@ fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
         repeat: plan.repeat,
         fixed_env: plan.fixed_env.iter().cloned().collect(),
         axes: Vec::new(),
+        launcher: None,
         cells_planned: plan.cells.len(),
         cells: Vec::new(),
         effects: Vec::new(),

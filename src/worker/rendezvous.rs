@@ -123,6 +123,29 @@ pub fn env_secs(name: &str, default: f64) -> Result<Duration> {
     }
 }
 
+/// This rank's place: the flags, else Slurm's task variables (`--launcher slurm` starts one worker per
+/// task). The workload maps buffers between ranks with CUDA IPC, so every rank must be on one node.
+pub fn place(rank: Option<usize>, world: Option<usize>) -> Result<(usize, usize)> {
+    let var = |name: &str| -> Result<Option<usize>> {
+        match std::env::var(name) {
+            Ok(v) => v.trim().parse().map(Some).with_context(|| format!("{name}={v}: expected a number")),
+            Err(_) => Ok(None),
+        }
+    };
+    let (Some(rank), Some(world)) = (rank.map(Ok).or_else(|| var("SLURM_PROCID").transpose()).transpose()?, {
+        world.map(Ok).or_else(|| var("SLURM_NTASKS").transpose()).transpose()?
+    }) else {
+        bail!("--rank and --world are needed (or SLURM_PROCID and SLURM_NTASKS, as srun sets them)");
+    };
+    if var("SLURM_STEP_NUM_NODES")?.is_some_and(|n| n > 1) {
+        bail!(
+            "the built-in workload runs on one node (its ranks map each other's buffers with CUDA IPC); \
+             this step spans several nodes: run your own command across nodes (`repro --launcher slurm -- CMD`)"
+        );
+    }
+    Ok((rank, world))
+}
+
 pub fn ensure_dir(dir: &Path) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
         bail!("--rendezvous {}: not a folder", dir.display());
