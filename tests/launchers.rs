@@ -126,11 +126,24 @@ fn job_state(job: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-/// Wait (bounded) for a job epdoctor cancelled to leave the queue.
+/// slurmstepd processes of a job (`slurmstepd: [J.S]`, `slurmstepd: [J.extern]`).
+fn stepds_of(job: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.starts_with(&format!("slurmstepd: [{job}.")) {
+            out.push(cmd);
+        }
+    }
+    out
+}
+
+/// Wait (bounded) for a job epdoctor cancelled to leave the queue and the node.
 fn wait_job_gone(job: &str) {
     let until = Instant::now() + Duration::from_secs(60);
-    while !job_state(job).is_empty() {
-        assert!(Instant::now() < until, "job {job} still queued: {}", job_state(job));
+    while !job_state(job).is_empty() || !stepds_of(job).is_empty() {
+        assert!(Instant::now() < until, "job {job} still there: {:?} {:?}", job_state(job), stepds_of(job));
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -398,6 +411,20 @@ fn torchrun_cells_have_a_log_file_per_rank_and_read_the_error_files() {
     assert_eq!(errs[0]["message"], "RuntimeError: stand-in failure on rank 1");
     assert!(s.harness(c).contains("local_rank=1 attempt=0 error file torchrun/"), "{}", s.harness(c));
     assert!(alive_under(&s.run()).is_empty(), "{:?}", alive_under(&s.run()));
+}
+
+#[test]
+fn explain_reads_a_real_torchrun_log_tree() {
+    // tests/fixtures/repro/torchrun-cell: the agent's output and its --log-dir tree from a real run.
+    let cell = fixture("torchrun-cell");
+    let out = Command::new(bin()).args(["explain", "-f", "json"]).arg(&cell).env("NO_COLOR", "1").output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(v["verdict"], "actionable");
+    let primary = &v["primary"];
+    assert_eq!(primary["rule"], "launcher-python-exception", "{primary}");
+    let sources: Vec<&str> =
+        primary["evidence"].as_array().unwrap().iter().filter_map(|e| e["source"].as_str()).collect();
+    assert!(sources.iter().any(|s| s.ends_with("attempt_0/1/stderr.log")), "the failing rank's own file: {sources:?}");
 }
 
 fn walk(d: &Path) -> Vec<String> {

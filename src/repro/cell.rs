@@ -101,7 +101,8 @@ pub fn run_cell(
             .collect(),
     };
     if slurm.is_some() {
-        ex.outcomes = procs_out.iter().map(|p| p.0.clone()).filter(|o| o.label != "srun").collect();
+        // The tasks, then srun itself: a step whose srun failed is not ok even if every task was.
+        ex.outcomes = procs_out.iter().map(|p| p.0.clone()).collect();
     }
     let rank_errors = match launcher.via {
         Via::Torchrun(_) => super::torchrun::rank_errors(cell_dir),
@@ -371,7 +372,9 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
         Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last }
     };
     match plan.workload {
-        _ if per_task => ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect(),
+        _ if per_task => {
+            ex.outcomes.iter().filter(|o| o.deadline && o.label != "srun").map(|o| hung(&o.label)).collect()
+        }
         Workload::Builtin { .. } if matches!(ex.outcomes.first(), Some(o) if o.label != "torchrun") => {
             ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect()
         }
@@ -425,7 +428,11 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
             .iter()
             .filter(|o| o.exit_code != Some(0))
             .map(|o| {
-                let who = if o.label == "cmd" { "command".to_string() } else { format!("rank {}", o.label) };
+                let who = match o.label.as_str() {
+                    "cmd" => "command".to_string(),
+                    l if l.parse::<usize>().is_ok() => format!("rank {l}"),
+                    l => l.to_string(),
+                };
                 match (o.exit_code, &o.signal_name) {
                     (Some(c), _) => format!("{who} exit {c}"),
                     (None, Some(s)) => format!("{who} {s}"),

@@ -116,6 +116,9 @@ fn header_lines(run: &Run) -> Vec<String> {
         "{} cells: {what}; deadline {} s, grace {} s; started {}; epdoctor {}",
         run.cells_planned, run.timeout_s, run.grace_s, run.started, run.tool_version
     ));
+    if let Some(l) = &run.launcher {
+        v.push(super::slurm::launcher_line(l));
+    }
     if !run.fixed_env.is_empty() {
         let e: Vec<String> = run.fixed_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         v.push(format!("Every cell: {} (epdoctor's default; set it with --env to change)", e.join(" ")));
@@ -258,8 +261,12 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
         for (n, ranks) in notes {
             let _ = writeln!(s, "- note (rank {}): {n}", ranks.join(", "));
         }
+        if let Some(step) = &c.step {
+            let _ = writeln!(s, "- Slurm job step {step} on {}", c.nodes.join(", "));
+        }
         for p in &c.processes {
-            let _ = writeln!(s, "- process {}: {} (log `{}`)", p.outcome.label, p.outcome.short(), p.log);
+            let on = p.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+            let _ = writeln!(s, "- process {}{on}: {} (log `{}`)", p.outcome.label, p.outcome.short(), p.log);
             if p.outcome.exit_code != Some(0) {
                 if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
                     let _ = writeln!(s, "  - last line: `{}`", l.replace('`', "'"));
@@ -279,6 +286,9 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
         }
         if let Some(e) = &c.explain_error {
             let _ = writeln!(s, "- explain failed: {e}");
+        }
+        for e in &c.rank_errors {
+            let _ = writeln!(s, "- error file of local rank {} (attempt {}): {}", e.local_rank, e.attempt, e.message);
         }
         for l in c.leftovers.lines() {
             let _ = writeln!(s, "- {}", l.trim_start_matches("[epdoctor-harness] "));

@@ -157,6 +157,29 @@ mod tests {
     }
 
     #[test]
+    fn a_real_torchrun_log_tree() {
+        // tests/fixtures/repro/torchrun-cell: torch 2.15 torchrun, rank 1 raising under `record`.
+        let cell = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repro/torchrun-cell");
+        let logs: Vec<(u32, usize, String)> = rank_logs(&cell)
+            .into_iter()
+            .map(|f| (f.attempt, f.local_rank, f.path.file_name().unwrap().to_string_lossy().into_owned()))
+            .collect();
+        let want: Vec<(u32, usize, String)> =
+            [(0, 0, "stderr.log"), (0, 0, "stdout.log"), (0, 1, "stderr.log"), (0, 1, "stdout.log")]
+                .into_iter()
+                .map(|(a, r, f)| (a, r, f.to_string()))
+                .collect();
+        assert_eq!(logs, want);
+        let e = rank_errors(&cell);
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].attempt, e[0].local_rank), (0, 1));
+        assert_eq!(e[0].message, "RuntimeError: stand-in failure on rank 1");
+        assert!(e[0].file.starts_with("torchrun/") && e[0].file.ends_with("/attempt_0/1/error.json"), "{}", e[0].file);
+        assert_eq!(e[0].timestamp.as_deref(), Some("1796156666"));
+        assert!(e[0].where_.as_deref().unwrap().contains("standin-torch.py\", line 18, in main"));
+    }
+
+    #[test]
     fn error_file_shapes() {
         let (m, t, w) = parse_error_file(
             r#"{"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"/x/a.py\", line 3, in main\n    raise RuntimeError(\"boom\")\nRuntimeError: boom\n", "timestamp": "1764619125"}}}"#,
