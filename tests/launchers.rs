@@ -335,6 +335,39 @@ fn slurm_inside_an_allocation_uses_it_and_leaves_it_running() {
 }
 
 #[test]
+fn slurm_starts_the_real_worker_with_its_place_from_the_task() {
+    if !slurm() {
+        return;
+    }
+    if Path::new("/proc/driver/nvidia/gpus").exists() {
+        eprintln!(
+            "skipped: this machine has GPUs, so the worker would run for real (scripts/device-repro.sh covers that)"
+        );
+        return;
+    }
+    // epdoctor's own worker, no stand-in: without a GPU it stops at its library check, which comes
+    // after it has taken its rank and world from SLURM_PROCID / SLURM_NTASKS.
+    let s = Scratch::new();
+    let out = s
+        .cmd("slurm")
+        .env_remove("EPDOCTOR_WORKER_CMD")
+        .args(["--ranks", "2", "--teardown", "clean"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rank 0 said: error: the workload needs GPU libraries that cannot be loaded"),
+        "{}",
+        stderr(&out)
+    );
+    let c = &s.cells()["cells"][0];
+    for r in ["0", "1"] {
+        let log = std::fs::read_to_string(s.cell_dir(c).join(format!("rank{r}.log"))).unwrap();
+        assert!(!log.contains("--rank and --world"), "{log}");
+    }
+}
+
+#[test]
 fn leftovers_probe_finds_and_kills_a_cell_tagged_process_on_this_node() {
     // No Slurm needed: the probe is what srun runs on every node.
     let d = tempfile::tempdir().unwrap();
