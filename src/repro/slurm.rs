@@ -261,19 +261,6 @@ impl Drop for Allocation {
     }
 }
 
-/// The report's line about the launcher.
-pub fn launcher_line(l: &super::result::LauncherOut) -> String {
-    match &l.slurm {
-        Some(a) => format!(
-            "Launcher: Slurm, a job step per cell in job {} ({}), nodes: {}",
-            a.job_id,
-            if a.owned { "allocated by epdoctor, cancelled at the end" } else { "the allocation epdoctor ran in" },
-            a.nodes.join(", ")
-        ),
-        None => format!("Launcher: `{}` per cell", l.command.join(" ")),
-    }
-}
-
 /// What one node's probe prints (`epdoctor env --leftovers --format json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeLeftovers {

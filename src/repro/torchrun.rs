@@ -109,7 +109,7 @@ pub fn rank_errors(cell_dir: &Path) -> Vec<RankError> {
             out.push(RankError { attempt: c.0, local_rank: c.1, file, message, timestamp, where_ });
         }
     }
-    out.sort_by(|a, b| (a.attempt, a.local_rank).cmp(&(b.attempt, b.local_rank)));
+    out.sort_by_key(|e| (e.attempt, e.local_rank));
     out
 }
 
