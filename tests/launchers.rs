@@ -318,7 +318,7 @@ fn slurm_inside_an_allocation_uses_it_and_leaves_it_running() {
         .cmd("slurm")
         .env("SLURM_JOB_ID", &job)
         .args(["--nodes", "1", "--ntasks-per-node", "2", "--env", "X=a,b", "--timeout", "60", "--"])
-        .args(["sh", "-c", r#"echo "task $SLURM_PROCID x=$X"; [ "$X.$SLURM_PROCID" = b.1 ] && exit 3; exit 0"#])
+        .args(["sh", "-c", r#"echo "task $SLURM_PROCID x=$X"; [ "$X.$SLURM_PROCID" = b.1 ] && { echo "RuntimeError: stand-in failure" >&2; exit 3; }; exit 0"#])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -331,6 +331,12 @@ fn slurm_inside_an_allocation_uses_it_and_leaves_it_running() {
     assert_eq!(b["status"], "failed");
     assert!(b["detail"].as_str().unwrap().contains("rank 1 exit 3"), "{}", b["detail"]);
     assert!(s.harness(b).contains("[epdoctor-harness] rank=1 exit=3\n"));
+    // explain takes the rank from the file's name (rank%t.log), for the cell and for a user.
+    assert_eq!(b["primary"]["source"], "rank1.log", "{}", b["primary"]);
+    let out = Command::new(bin()).args(["explain", "-f", "json"]).arg(s.cell_dir(b)).output().unwrap();
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(e["primary"]["rule"], "launcher-python-exception", "{}", e["primary"]);
+    assert_eq!(e["primary"]["ranks"], serde_json::json!([1]));
     assert_eq!(job_state(&job), "RUNNING", "the user's allocation stays");
 }
 
@@ -458,6 +464,8 @@ fn explain_reads_a_real_torchrun_log_tree() {
     let sources: Vec<&str> =
         primary["evidence"].as_array().unwrap().iter().filter_map(|e| e["source"].as_str()).collect();
     assert!(sources.iter().any(|s| s.ends_with("attempt_0/1/stderr.log")), "the failing rank's own file: {sources:?}");
+    // The rank comes from the tree's <local_rank> folder.
+    assert_eq!(primary["ranks"], serde_json::json!([1]), "{primary}");
 }
 
 fn walk(d: &Path) -> Vec<String> {
