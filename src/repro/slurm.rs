@@ -181,6 +181,8 @@ impl Allocation {
             "--export=ALL".into(),
             "--input=none".into(),
             format!("--output={dir}/slurm/probe.%t.json"),
+            // Anything on stderr must not spoil the JSON.
+            format!("--error={dir}/slurm/probe.%t.err"),
         ]
         .into_iter()
         .map(OsString::from)
