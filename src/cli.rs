@@ -152,6 +152,9 @@ pub struct ReproArgs {
     #[command(flatten)]
     pub size: WorkloadSize,
 
+    #[command(flatten)]
+    pub launch: Box<LauncherArgs>,
+
     /// Output format of the comparison printed at the end.
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
     pub format: Format,
@@ -168,6 +171,46 @@ pub struct ReproArgs {
     pub command: Vec<String>,
 }
 
+/// How each cell's ranks start (docs/repro.md, "Across nodes").
+#[derive(Debug, Clone, Default, Args)]
+pub struct LauncherArgs {
+    /// `local` processes, one Slurm job step per cell (`slurm`), or `torchrun` per cell.
+    #[arg(long, value_enum, default_value_t = Launcher::Local)]
+    pub launcher: Launcher,
+
+    /// slurm, torchrun: nodes per cell.
+    #[arg(long, visible_alias = "nnodes", value_name = "N")]
+    pub nodes: Option<usize>,
+
+    /// slurm, torchrun: ranks per node.
+    #[arg(long, visible_alias = "nproc-per-node", value_name = "K")]
+    pub ntasks_per_node: Option<usize>,
+
+    /// slurm: partition of the allocation epdoctor asks for (outside an allocation).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+
+    /// slurm: time limit of the allocation epdoctor asks for (salloc --time).
+    #[arg(long, value_name = "T")]
+    pub time: Option<String>,
+
+    /// slurm: one more argument for every srun (repeatable), e.g. --srun-arg=--gpus-per-task=1.
+    #[arg(long = "srun-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub srun_args: Vec<String>,
+
+    /// torchrun: rendezvous endpoint HOST:PORT (c10d); default: a local one.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rdzv_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Launcher {
+    #[default]
+    Local,
+    Slurm,
+    Torchrun,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct EnvArgs {
     /// Output format.
@@ -181,6 +224,22 @@ pub struct EnvArgs {
     /// Seconds allowed for probing python3/torch.
     #[arg(long, default_value_t = 20.0, value_name = "SECS")]
     pub python_timeout: f64,
+
+    /// Only what a repro cell left on this node: its processes, NCCL sockets and /dev/shm files.
+    #[arg(long, requires = "cell")]
+    pub leftovers: bool,
+
+    /// With --leftovers: the cell's tag (the EPDOCTOR_CELL_DIR value its processes carry).
+    #[arg(long, value_name = "TAG", requires = "leftovers")]
+    pub cell: Option<String>,
+
+    /// With --leftovers: count /dev/shm/nccl-* files modified since this unix time.
+    #[arg(long, value_name = "UNIX_SECS", requires = "leftovers")]
+    pub since: Option<f64>,
+
+    /// With --leftovers: SIGKILL the processes found, and say which survived.
+    #[arg(long, requires = "leftovers")]
+    pub kill: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -284,12 +343,12 @@ pub struct KernelsArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// This rank.
+    /// This rank (default: SLURM_PROCID, under `--launcher slurm`).
     #[arg(long)]
-    pub rank: usize,
-    /// Ranks in all.
+    pub rank: Option<usize>,
+    /// Ranks in all (default: SLURM_NTASKS).
     #[arg(long)]
-    pub world: usize,
+    pub world: Option<usize>,
     /// Folder shared by the ranks of one cell (NCCL id and IPC handle files).
     #[arg(long, value_name = "DIR")]
     pub rendezvous: PathBuf,

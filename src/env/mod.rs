@@ -309,6 +309,9 @@ fn run_with_timeout(exe: &str, args: &[&str], timeout: Duration) -> std::io::Res
 }
 
 pub fn run(args: &EnvArgs) -> anyhow::Result<u8> {
+    if let (true, Some(cell)) = (args.leftovers, &args.cell) {
+        return crate::repro::slurm::leftovers_command(cell, args.since, args.kill, args.format);
+    }
     if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
         anyhow::bail!("--python-timeout must be a positive number of seconds, got {}", args.python_timeout);
     }

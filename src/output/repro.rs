@@ -119,6 +119,9 @@ fn header_lines(run: &Run) -> Vec<String> {
         "{} cells: {what}; deadline {} s, grace {} s; started {}; epdoctor {}",
         run.cells_planned, run.timeout_s, run.grace_s, run.started, run.tool_version
     ));
+    if let Some(l) = &run.launcher {
+        v.push(launcher_line(l));
+    }
     if !run.fixed_env.is_empty() {
         let e: Vec<String> = run.fixed_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         v.push(format!("Every cell: {} (epdoctor's default; set it with --env to change)", e.join(" ")));
@@ -146,6 +149,19 @@ fn header_lines(run: &Run) -> Vec<String> {
         v.push(format!("lint predicts: {}:{}: {} [{}] {}", e.source, e.line, f.severity.as_str(), f.rule, f.title));
     }
     v
+}
+
+/// The report's line about the launcher.
+fn launcher_line(l: &crate::repro::result::LauncherOut) -> String {
+    match &l.slurm {
+        Some(a) => format!(
+            "Launcher: Slurm, a job step per cell in job {} ({}), nodes: {}",
+            a.job_id,
+            if a.owned { "allocated by epdoctor, cancelled at the end" } else { "the allocation epdoctor ran in" },
+            a.nodes.join(", ")
+        ),
+        None => format!("Launcher: `{}` per cell", l.command.join(" ")),
+    }
 }
 
 /// Last non-empty line of a file, shortened.
@@ -285,10 +301,14 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         for (n, ranks) in notes {
             let _ = writeln!(s, "- note (rank {}): {}", md.text(&ranks.join(", ")), md.text(n));
         }
+        if let Some(step) = &c.step {
+            let _ = writeln!(s, "- Slurm job step {} on {}", md.text(step), md.text(&c.nodes.join(", ")));
+        }
         for p in &c.processes {
+            let on = p.node.as_ref().map(|n| format!(" on {}", md.text(n))).unwrap_or_default();
             let _ = writeln!(
                 s,
-                "- process {}: {} (log {})",
+                "- process {}{on}: {} (log {})",
                 md.text(&p.outcome.label),
                 md.text(&p.outcome.short()),
                 md.code(&p.log)
@@ -308,6 +328,9 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         }
         if let Some(e) = &c.explain_error {
             let _ = writeln!(s, "- explain failed: {}", md.text(e));
+        }
+        for e in &c.rank_errors {
+            let _ = writeln!(s, "- error file of local rank {} (attempt {}): {}", e.local_rank, e.attempt, e.message);
         }
         for l in c.leftovers.lines() {
             let _ = writeln!(s, "- {}", md.text(l.trim_start_matches("[epdoctor-harness] ")));

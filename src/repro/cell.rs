@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,6 +16,7 @@ use super::leftovers::{self, Leftovers, Membership};
 use super::markers::{self, RankMarkers};
 use super::matrix::{AxisKind, CellPlan, Plan, Workload};
 use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
+use super::slurm::Stops;
 use crate::rules::Engine;
 
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
@@ -33,6 +34,17 @@ pub struct Launcher {
     /// `--ranks` as given, exported to a user command as EPDOCTOR_RANKS.
     pub ranks_flag: Option<usize>,
     pub shm_dir: PathBuf,
+    pub via: Via,
+}
+
+/// What starts a cell's ranks.
+pub enum Via {
+    /// Local processes, each in its own process group.
+    Local,
+    /// One job step of this allocation (src/repro/slurm.rs).
+    Slurm(super::slurm::Allocation),
+    /// One torchrun agent (src/repro/torchrun.rs).
+    Torchrun(crate::cli::LauncherArgs),
 }
 
 /// The harness's facts plus everything the engine said about one cell.
@@ -46,29 +58,86 @@ pub fn run_cell(
     tick: &mut dyn FnMut(),
 ) -> anyhow::Result<Cell> {
     std::fs::create_dir(cell_dir).with_context(|| format!("creating {}", cell_dir.display()))?;
-    let specs = specs(plan, cp, cell_dir, launcher)?;
+    let stops = Arc::new(Mutex::new(Stops::default()));
+    let specs = specs(plan, cp, cell_dir, launcher, &stops)?;
     let before = leftovers::snapshot(&launcher.shm_dir);
     let limits =
         Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
-    let ex = launch::execute(&specs, &limits, stop, tick);
+    let mut ex = launch::execute(&specs, &limits, stop, tick);
+    let tag = cell_dir.to_string_lossy().into_owned();
 
+    // Under Slurm the tasks are found on their nodes by their tag; here only srun's own group.
+    let slurm = match &launcher.via {
+        Via::Slurm(a) => Some(a),
+        _ => None,
+    };
+    let (mut left, probe_lines) = match slurm {
+        Some(a) => a.probe(cell_dir, &tag, ex.start_unix),
+        None => (Leftovers::default(), Vec::new()),
+    };
     let membership =
-        Membership { pgids: ex.pgids.clone(), env: (CELL_ENV.into(), cell_dir.to_string_lossy().into_owned()) };
+        Membership { pgids: ex.pgids.clone(), env: slurm.is_none().then(|| (CELL_ENV.to_string(), tag.clone())) };
     let mut procs = leftovers::settle(&membership, SETTLE);
     // Sockets are looked at while their holders are still alive.
-    let shm = leftovers::new_shm(&before, &launcher.shm_dir);
-    let sockets = leftovers::held_sockets(&procs);
+    if slurm.is_none() {
+        left.shm = leftovers::new_shm(&before, &launcher.shm_dir);
+    }
+    left.sockets.extend(leftovers::held_sockets(&procs));
     leftovers::kill_all(&membership, &mut procs, KILL_WAIT);
-    let left = Leftovers { processes: procs, shm, sockets };
+    left.processes.extend(procs);
+
+    // One process per rank: the local processes, or each task of the step (and srun itself).
+    let stops = std::mem::take(&mut *stops.lock().unwrap_or_else(|e| e.into_inner()));
+    let (step, nodes) = match slurm {
+        Some(_) => super::slurm::Allocation::step_of(cell_dir),
+        None => (None, Vec::new()),
+    };
+    let procs_out: Vec<(launch::Outcome, String, Option<String>)> = match slurm {
+        Some(a) => a.task_outcomes(cell_dir, &ex, &stops),
+        None => specs
+            .iter()
+            .zip(ex.outcomes.iter().cloned())
+            .map(|(s, o)| (o, s.log.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), None))
+            .collect(),
+    };
+    if slurm.is_some() {
+        // The tasks, then srun itself: a step whose srun failed is not ok even if every task was.
+        ex.outcomes = procs_out.iter().map(|p| p.0.clone()).collect();
+    }
+    let rank_errors = match launcher.via {
+        Via::Torchrun(_) => super::torchrun::rank_errors(cell_dir),
+        _ => Vec::new(),
+    };
 
     let mut all_markers: BTreeMap<String, RankMarkers> = BTreeMap::new();
-    for s in &specs {
-        all_markers.extend(markers::parse_file(&s.log));
+    for p in log_files(cell_dir).iter().filter(|p| !p.ends_with(HARNESS_FILE)) {
+        for (rank, m) in markers::parse_file(p) {
+            let e = all_markers.entry(rank).or_default();
+            e.phases.extend(m.phases);
+            e.keys.extend(m.keys);
+            e.notes.extend(m.notes);
+            if !m.last.is_empty() {
+                e.last = m.last;
+            }
+        }
     }
-    let hung = hung_ranks(plan, &ex, &all_markers);
+    let per_task = !matches!(launcher.via, Via::Local | Via::Torchrun(_));
+    let hung = hung_ranks(plan, &ex, &all_markers, per_task);
 
     let mut lines = ex.lines.clone();
-    lines.extend(ex.outcomes.iter().filter_map(launch::exit_line));
+    lines.extend(stops.lines.iter().cloned());
+    lines.extend(procs_out.iter().filter_map(|p| launch::exit_line(&p.0)));
+    for e in &rank_errors {
+        lines.push(format!(
+            "{} local_rank={} attempt={} error file {}: {}",
+            launch::HARNESS_PREFIX,
+            e.local_rank,
+            e.attempt,
+            e.file,
+            e.message
+        ));
+    }
+    lines.extend(probe_lines);
     for h in &hung {
         if let Some(p) = &h.phase {
             lines.push(format!("{} rank={} last phase={p}", launch::HARNESS_PREFIX, h.rank));
@@ -125,14 +194,7 @@ pub fn run_cell(
         wall_s: ex.wall_s,
         teardown_s,
         hung,
-        processes: specs
-            .iter()
-            .zip(ex.outcomes)
-            .map(|(s, o)| Process {
-                outcome: o,
-                log: s.log.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            })
-            .collect(),
+        processes: procs_out.into_iter().map(|(outcome, log, node)| Process { outcome, log, node }).collect(),
         markers: all_markers,
         nccl_version,
         transport,
@@ -157,10 +219,79 @@ pub fn run_cell(
         }),
         explain_error,
         leftovers: left,
+        step,
+        nodes,
+        rank_errors,
     })
 }
 
-fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::Result<Vec<Spec>> {
+fn specs(
+    plan: &Plan,
+    cp: &CellPlan,
+    cell_dir: &Path,
+    l: &Launcher,
+    stops: &Arc<Mutex<Stops>>,
+) -> anyhow::Result<Vec<Spec>> {
+    let local = local_specs(plan, cp, cell_dir, l)?;
+    match &l.via {
+        Via::Local => Ok(local),
+        // One program for every task or rank: the first local spec without its rank flags (the
+        // worker reads its place from Slurm's or torchrun's variables).
+        Via::Slurm(a) => {
+            let s = &local[0];
+            let args = without_place(&s.args);
+            let mut env = s.env.clone();
+            if plan.set_debug_file {
+                env.insert(
+                    "NCCL_DEBUG_FILE".into(),
+                    Some(cell_dir.join("nccl.%h.%p.log").to_string_lossy().into_owned()),
+                );
+            }
+            Ok(vec![a.step_spec(cell_dir, &s.program, &args, env, stops.clone())?])
+        }
+        Via::Torchrun(t) => {
+            let s = &local[0];
+            let ranks = match plan.workload {
+                Workload::Builtin { ranks } => Some(ranks),
+                Workload::Command(_) => l.ranks_flag,
+            };
+            let mut args = super::torchrun::agent_args(t, cell_dir, ranks);
+            args.push(s.program.clone());
+            args.extend(without_place(&s.args));
+            let mut env = s.env.clone();
+            if plan.set_debug_file {
+                env.insert(
+                    "NCCL_DEBUG_FILE".into(),
+                    Some(cell_dir.join("nccl.%h.%p.log").to_string_lossy().into_owned()),
+                );
+            }
+            Ok(vec![Spec {
+                label: "torchrun".into(),
+                program: "torchrun".into(),
+                args,
+                env,
+                log: cell_dir.join("torchrun.log"),
+                stopper: None,
+            }])
+        }
+    }
+}
+
+/// A worker's arguments without `--rank R --world N`.
+fn without_place(args: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--rank" || a == "--world" {
+            it.next();
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+fn local_specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::Result<Vec<Spec>> {
     let mut env = plan.cell_env(cp);
     env.insert(CELL_ENV.into(), Some(cell_dir.to_string_lossy().into_owned()));
     let lib = plan.value_of(cp, AxisKind::NcclLib).filter(|v| !v.is_empty());
@@ -195,6 +326,7 @@ fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::R
                         args,
                         env,
                         log: cell_dir.join(format!("rank{r}.log")),
+                        stopper: None,
                     }
                 })
                 .collect())
@@ -221,6 +353,7 @@ fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::R
                 args: cmd[1..].iter().map(OsString::from).collect(),
                 env,
                 log: cell_dir.join("cmd.log"),
+                stopper: None,
             }])
         }
     }
@@ -228,7 +361,7 @@ fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::R
 
 /// Ranks stopped at the deadline, with the phase each was in. For a command, the ranks inside it
 /// are known only from markers it printed.
-fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMarkers>) -> Vec<Hung> {
+fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMarkers>, per_task: bool) -> Vec<Hung> {
     if !ex.deadline_hit {
         return Vec::new();
     }
@@ -239,8 +372,13 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
         Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last }
     };
     match plan.workload {
-        Workload::Builtin { .. } => ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect(),
-        Workload::Command(_) => {
+        _ if per_task => {
+            ex.outcomes.iter().filter(|o| o.deadline && o.label != "srun").map(|o| hung(&o.label)).collect()
+        }
+        Workload::Builtin { .. } if matches!(ex.outcomes.first(), Some(o) if o.label != "torchrun") => {
+            ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect()
+        }
+        _ => {
             let inside: Vec<Hung> =
                 m.iter().filter(|(_, v)| v.last_phase() != Some("teardown-end")).map(|(r, _)| hung(r)).collect();
             if inside.is_empty() {
@@ -290,7 +428,11 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
             .iter()
             .filter(|o| o.exit_code != Some(0))
             .map(|o| {
-                let who = if o.label == "cmd" { "command".to_string() } else { format!("rank {}", o.label) };
+                let who = match o.label.as_str() {
+                    "cmd" => "command".to_string(),
+                    l if l.parse::<usize>().is_ok() => format!("rank {l}"),
+                    l => l.to_string(),
+                };
                 match (o.exit_code, &o.signal_name) {
                     (Some(c), _) => format!("{who} exit {c}"),
                     (None, Some(s)) => format!("{who} {s}"),
@@ -302,11 +444,13 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
     }
 }
 
-/// Every regular file of the cell folder (logs and harness.log), sorted.
+/// Every regular file of the cell folder (logs and harness.log) and every rank's file of a torchrun
+/// log tree, sorted. (srun's own messages in `slurm/` are turned into harness.log lines instead.)
 pub fn log_files(cell_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(cell_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
         .unwrap_or_default();
+    v.extend(super::torchrun::rank_logs(cell_dir).into_iter().map(|f| f.path));
     v.sort();
     v
 }

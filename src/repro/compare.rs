@@ -265,6 +265,9 @@ mod tests {
             primary: None,
             explain_error: None,
             leftovers: Leftovers::default(),
+            step: None,
+            nodes: vec![],
+            rank_errors: vec![],
         }
     }
 

@@ -24,6 +24,26 @@ pub struct Spec {
     pub env: BTreeMap<String, Option<String>>,
     /// stdout and stderr both go here, in the order they were written.
     pub log: PathBuf,
+    /// How the deadline and interrupts stop it; None: signals to its process group.
+    pub stopper: Option<Stopper>,
+}
+
+/// Stops a process some other way than by signalling its group (Slurm: `scancel` on the job step).
+/// Called with the process's pid and SIGTERM (deadline, interrupt) or SIGKILL (after the grace period).
+#[derive(Clone)]
+pub struct Stopper(pub std::sync::Arc<dyn Fn(i32, Signal) + Send + Sync>);
+
+impl std::fmt::Debug for Stopper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stopper")
+    }
+}
+
+fn stop_one(spec: &Spec, pid: i32, sig: Signal) {
+    match &spec.stopper {
+        Some(s) => (s.0)(pid, sig),
+        None => signal_group(pid, sig),
+    }
 }
 
 /// How one process ended.
@@ -158,7 +178,7 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
         // The cell cannot mean anything with a rank missing: stop the others now.
         for (i, p) in procs.iter().enumerate() {
             if p.child.is_some() {
-                signal_group(p.pid, Signal::SIGKILL);
+                stop_one(&specs[i], p.pid, Signal::SIGKILL);
                 ex.outcomes[i].sigkill = true;
             }
         }
@@ -194,7 +214,7 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
                     specs[i].label
                 ));
                 ex.outcomes[i].interrupted = true;
-                signal_group(procs[i].pid, Signal::SIGTERM);
+                stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
             }
             ex.interrupted_by = Some(name);
             if term_at.is_none() {
@@ -211,7 +231,7 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
                     secs(limits.timeout)
                 ));
                 ex.outcomes[i].deadline = true;
-                signal_group(procs[i].pid, Signal::SIGTERM);
+                stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
             }
             term_at = Some(now);
             ex.stop_unix = Some(unix_now());
@@ -222,7 +242,7 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
             for &i in &running {
                 ex.lines.push(format!("{HARNESS_PREFIX} rank={} killed after grace period (SIGKILL)", specs[i].label));
                 ex.outcomes[i].sigkill = true;
-                signal_group(procs[i].pid, Signal::SIGKILL);
+                stop_one(&specs[i], procs[i].pid, Signal::SIGKILL);
             }
             kill_at = Some(now);
         }
@@ -325,6 +345,7 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             env: BTreeMap::new(),
             log: dir.join(format!("{label}.log")),
+            stopper: None,
         }
     }
 

@@ -21,7 +21,8 @@ pub const SOCKET_PREFIX: &str = "@/tmp/nccl-socket-";
 #[derive(Debug, Clone)]
 pub struct Membership {
     pub pgids: Vec<i32>,
-    pub env: (String, String),
+    /// None: the process groups only (under Slurm the nodes' probes look for the variable).
+    pub env: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,6 +34,9 @@ pub struct LeftoverProcess {
     pub gpu: Vec<String>,
     /// Still there after SIGKILL.
     pub survived_kill: bool,
+    /// The node it ran on (Slurm: from that node's leftovers probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Inodes of the sockets it holds (to attribute NCCL's abstract sockets).
     #[serde(skip)]
     pub socket_inodes: Vec<u64>,
@@ -43,6 +47,9 @@ pub struct Leftovers {
     pub processes: Vec<LeftoverProcess>,
     pub shm: Vec<String>,
     pub sockets: Vec<String>,
+    /// Slurm: the nodes whose leftovers probe answered (shm files and sockets of all of them are above).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probed_nodes: Vec<String>,
 }
 
 impl Leftovers {
@@ -74,7 +81,8 @@ impl Leftovers {
     pub fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();
         for p in &self.processes {
-            out.push(format!("{HARNESS_PREFIX} leftover process pid={} cmd={}", p.pid, p.cmd));
+            let node = p.node.as_ref().map(|n| format!(" node={n}")).unwrap_or_default();
+            out.push(format!("{HARNESS_PREFIX} leftover process pid={}{node} cmd={}", p.pid, p.cmd));
             for g in &p.gpu {
                 out.push(format!("{HARNESS_PREFIX} leftover gpu pid={} device={g}", p.pid));
             }
@@ -149,6 +157,18 @@ pub fn new_shm(before: &Before, dir: &Path) -> Vec<String> {
     shm
 }
 
+/// NCCL shm files modified at or after `since` (unix seconds): a node's probe has no snapshot from
+/// before the cell.
+pub fn shm_since(dir: &Path, since: f64) -> Vec<String> {
+    let mtime = |n: &str| {
+        let md = std::fs::metadata(dir.join(n)).ok()?;
+        md.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64())
+    };
+    let mut shm: Vec<String> = shm_files(dir).into_keys().filter(|n| mtime(n).is_some_and(|t| t >= since)).collect();
+    shm.sort();
+    shm
+}
+
 /// NCCL's abstract sockets held open by these processes.
 pub fn held_sockets(procs: &[LeftoverProcess]) -> Vec<String> {
     let held: HashSet<u64> = procs.iter().flat_map(|p| p.socket_inodes.iter().copied()).collect();
@@ -173,8 +193,9 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             continue;
         }
         let member = m.pgids.contains(&stat.pgrp)
-            || p.environ().is_ok_and(|env| {
-                env.get(std::ffi::OsStr::new(&m.env.0)).is_some_and(|v| v.to_string_lossy() == m.env.1)
+            || m.env.as_ref().is_some_and(|(k, want)| {
+                p.environ()
+                    .is_ok_and(|env| env.get(std::ffi::OsStr::new(k)).is_some_and(|v| v.to_string_lossy() == *want))
             });
         if !member {
             continue;
@@ -186,7 +207,15 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             .map(|c| one_line(&c.join(" ")))
             .unwrap_or_else(|| format!("[{}]", stat.comm));
         let (gpu, socket_inodes) = open_files(&p);
-        out.push(LeftoverProcess { pid: p.pid, pgid: stat.pgrp, cmd, gpu, survived_kill: false, socket_inodes });
+        out.push(LeftoverProcess {
+            pid: p.pid,
+            pgid: stat.pgrp,
+            cmd,
+            gpu,
+            survived_kill: false,
+            node: None,
+            socket_inodes,
+        });
     }
     out.sort_by_key(|p| p.pid);
     out
@@ -331,7 +360,7 @@ Num       RefCount Protocol Flags    Type St Inode Path
             .env("EPDOCTOR_TEST_CELL", &marker)
             .spawn()
             .unwrap();
-        let m = Membership { pgids: vec![a.id() as i32], env: ("EPDOCTOR_TEST_CELL".into(), marker) };
+        let m = Membership { pgids: vec![a.id() as i32], env: Some(("EPDOCTOR_TEST_CELL".into(), marker)) };
         let mut left = settle(&m, Duration::from_millis(50));
         let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
         assert!(pids.contains(&(a.id() as i32)) && pids.contains(&(b.id() as i32)), "{left:?}");

@@ -13,6 +13,8 @@ pub mod leftovers;
 pub mod markers;
 pub mod matrix;
 pub mod result;
+pub mod slurm;
+pub mod torchrun;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{Format, ReproArgs};
+use crate::cli::{Format, Launcher, ReproArgs};
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
@@ -65,8 +67,9 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
     let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
     let engine = crate::rules::engine(&args.rule_opts).map_err(|e| problems.push(format!("{e:#}"))).ok();
     let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
-    if let (Some(Workload::Builtin { .. }), None) =
-        (plan.as_ref().map(|p| &p.workload), std::env::var_os(WORKER_CMD_ENV))
+    // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
+    if let (Some(Workload::Builtin { .. }), None, false) =
+        (plan.as_ref().map(|p| &p.workload), std::env::var_os(WORKER_CMD_ENV), args.launch.launcher == Launcher::Slurm)
     {
         // The worker would fail the same way in every cell: say it once, before running anything.
         let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
@@ -79,10 +82,13 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
         unreachable!("no problem was found, so each part was built")
     };
     let dir = create_run_dir(args.out.as_deref())?;
+    let mut launcher = launcher;
+    launcher.via = via(args, &plan)?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
     let _signals = interrupt::install()?;
 
     let mut run = new_run(&plan, args);
+    run.launcher = launcher_out(&launcher);
     write_outputs(&dir, &mut run, &plan)?;
 
     let bar = progress_bar(args, plan.cells.len());
@@ -187,7 +193,52 @@ fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
         workload_args.push(k.into());
         workload_args.push(v.to_string().into());
     }
-    Ok(cell::Launcher { program, workload_args, ranks_flag: args.ranks, shm_dir: leftovers::shm_dir() })
+    Ok(cell::Launcher {
+        program,
+        workload_args,
+        ranks_flag: args.ranks,
+        shm_dir: leftovers::shm_dir(),
+        via: cell::Via::Local,
+    })
+}
+
+/// What starts the cells' ranks; under Slurm outside an allocation this asks salloc for one, so it
+/// comes after every check.
+fn via(args: &ReproArgs, plan: &Plan) -> anyhow::Result<cell::Via> {
+    let l = &args.launch;
+    Ok(match l.launcher {
+        Launcher::Local => cell::Via::Local,
+        Launcher::Slurm => {
+            // Without a size, the step gets the plan's ranks.
+            let ranks = match (&plan.workload, l.nodes.or(l.ntasks_per_node)) {
+                (_, _) if args.ranks.is_some() => args.ranks,
+                (Workload::Builtin { ranks }, None) => Some(*ranks),
+                _ => None,
+            };
+            cell::Via::Slurm(slurm::Allocation::acquire(l, ranks)?)
+        }
+        Launcher::Torchrun => cell::Via::Torchrun(l.as_ref().clone()),
+    })
+}
+
+fn launcher_out(l: &cell::Launcher) -> Option<result::LauncherOut> {
+    match &l.via {
+        cell::Via::Local => None,
+        cell::Via::Slurm(a) => {
+            Some(result::LauncherOut { kind: "slurm".into(), slurm: Some(a.clone()), command: Vec::new() })
+        }
+        cell::Via::Torchrun(t) => Some(result::LauncherOut {
+            kind: "torchrun".into(),
+            slurm: None,
+            command: std::iter::once("torchrun".to_string())
+                .chain(
+                    torchrun::agent_args(t, Path::new("<cell>"), l.ranks_flag)
+                        .into_iter()
+                        .map(|a| a.to_string_lossy().into_owned()),
+                )
+                .collect(),
+        }),
+    }
 }
 
 fn progress_bar(args: &ReproArgs, n: usize) -> ProgressBar {
@@ -294,6 +345,7 @@ fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
         repeat: plan.repeat,
         fixed_env: plan.fixed_env.iter().cloned().collect(),
         axes: Vec::new(),
+        launcher: None,
         cells_planned: plan.cells.len(),
         cells: Vec::new(),
         effects: Vec::new(),

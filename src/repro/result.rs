@@ -44,6 +44,9 @@ pub struct Run {
     /// Variables every cell got (e.g. NCCL_DEBUG=WARN by default).
     pub fixed_env: BTreeMap<String, String>,
     pub axes: Vec<AxisOut>,
+    /// How the cells' ranks started, when not as local processes (`--launcher slurm|torchrun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<LauncherOut>,
     pub cells_planned: usize,
     pub cells: Vec<Cell>,
     #[serde(default)]
@@ -103,6 +106,18 @@ impl CellStatus {
     }
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LauncherOut {
+    /// `slurm` or `torchrun`.
+    pub kind: String,
+    /// The allocation every cell's job step ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<super::slurm::Allocation>,
+    /// What starts each cell, before the workload's own command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
 /// One process of a cell and its log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Process {
@@ -110,6 +125,9 @@ pub struct Process {
     pub outcome: Outcome,
     /// Its stdout + stderr, relative to the cell folder.
     pub log: String,
+    /// Slurm: the node its task ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// A process (or a rank inside the command) stopped at the deadline, and where it was.
@@ -174,6 +192,14 @@ pub struct Cell {
     /// Why there is no verdict (the engine failed on this cell's logs).
     pub explain_error: Option<String>,
     pub leftovers: Leftovers,
+    /// Slurm: the cell's job step (`JOB.STEP`) and its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// torchrun: each failed rank's error file (TORCHELASTIC_ERROR_FILE), as torchelastic wrote it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_errors: Vec<super::torchrun::RankError>,
 }
 
 impl Cell {

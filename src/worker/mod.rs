@@ -160,18 +160,19 @@ fn short_code(e: &anyhow::Error) -> String {
 
 pub fn run(args: &WorkerArgs) -> Result<u8> {
     let mode = Teardown::parse(&args.teardown)?;
+    let (rank, world) = rendezvous::place(args.rank, args.world)?;
     let shape = Shape {
-        world: args.world,
+        world,
         tokens: args.size.tokens,
         hidden: args.size.hidden,
         experts: args.size.experts,
         topk: args.size.topk,
     };
     shape.validate().map_err(anyhow::Error::msg)?;
-    if args.rank >= args.world {
-        bail!("--rank {} is out of range for --world {} (ranks are 0..{})", args.rank, args.world, args.world - 1);
+    if rank >= world {
+        bail!("--rank {rank} is out of range for --world {world} (ranks are 0..{})", world - 1);
     }
-    if mode.needs_peer() && args.world < 2 {
+    if mode.needs_peer() && world < 2 {
         bail!("--teardown {} needs --world 2 or more (a last rank and at least one other)", mode.name());
     }
     if args.size.iters == 0 {
@@ -187,11 +188,11 @@ pub fn run(args: &WorkerArgs) -> Result<u8> {
         (!unsafe { cudarc::nccl::sys::is_culib_present() }).then(libs::find_runtime_nccl).flatten()
     });
     if let Some(lib) = &chosen {
-        libs::ensure_nccl_lib(lib, &args.rendezvous.join(format!("nccl-lib-r{}", args.rank)))?;
+        libs::ensure_nccl_lib(lib, &args.rendezvous.join(format!("nccl-lib-r{rank}")))?;
     }
     libs::check_present(true)?;
 
-    let out = Out { rank: args.rank };
+    let out = Out { rank };
     out.phase("init");
     let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
     if nccl_code < 21400 {
@@ -331,7 +332,7 @@ impl<'a> Worker<'a> {
         out: &'a Out,
         nccl_code: i32,
     ) -> Result<Self> {
-        let me = args.rank;
+        let me = out.rank;
         let world = shape.world;
         let rdv = Rendezvous { dir: args.rendezvous.clone(), rank: me, world, timeout: timeouts.rendezvous };
         rdv.write_pid()?;

@@ -123,6 +123,48 @@ pub fn env_secs(name: &str, default: f64) -> Result<Duration> {
     }
 }
 
+/// This rank's place: the flags, else the launcher's variables (`--launcher slurm` starts one worker
+/// per task, torchrun one per rank). The workload maps buffers between ranks with CUDA IPC, so every
+/// rank must be on one node.
+pub fn place(rank: Option<usize>, world: Option<usize>) -> Result<(usize, usize)> {
+    place_from(rank, world, &|k| std::env::var(k).ok())
+}
+
+fn place_from(
+    rank: Option<usize>,
+    world: Option<usize>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(usize, usize)> {
+    let var = |names: &[&str]| -> Result<Option<usize>> {
+        for n in names {
+            if let Some(v) = env(n) {
+                return v.trim().parse().map(Some).with_context(|| format!("{n}={v}: expected a number"));
+            }
+        }
+        Ok(None)
+    };
+    let rank = match rank {
+        Some(r) => Some(r),
+        None => var(&["SLURM_PROCID", "RANK"])?,
+    };
+    let world = match world {
+        Some(w) => Some(w),
+        None => var(&["SLURM_NTASKS", "WORLD_SIZE"])?,
+    };
+    let (Some(rank), Some(world)) = (rank, world) else {
+        bail!("--rank and --world are needed (or SLURM_PROCID and SLURM_NTASKS as srun sets them, RANK and WORLD_SIZE as torchrun does)");
+    };
+    let nodes = var(&["SLURM_STEP_NUM_NODES"])?.into_iter().chain(var(&["GROUP_WORLD_SIZE"])?).max();
+    if nodes.is_some_and(|n| n > 1) {
+        bail!(
+            "the built-in workload runs on one node (its ranks map each other's buffers with CUDA IPC), \
+             and this launch spans {} nodes: across nodes, run your own command (`repro --launcher slurm -- CMD`)",
+            nodes.unwrap_or(0)
+        );
+    }
+    Ok((rank, world))
+}
+
 pub fn ensure_dir(dir: &Path) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
         bail!("--rendezvous {}: not a folder", dir.display());
@@ -168,6 +210,26 @@ mod tests {
         let e = Rendezvous { world: 4, ..late }.barrier("u").unwrap_err().to_string();
         assert!(e.contains("did not arrive"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn place_from_flags_then_slurm_then_torchrun() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let slurm = env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4"), ("SLURM_STEP_NUM_NODES", "1"), ("RANK", "9")]);
+        assert_eq!(place_from(None, None, &slurm).unwrap(), (3, 4));
+        assert_eq!(place_from(Some(1), Some(2), &slurm).unwrap(), (1, 2));
+        assert_eq!(place_from(None, None, &env(&[("RANK", "1"), ("WORLD_SIZE", "2")])).unwrap(), (1, 2));
+        let e = place_from(None, None, &env(&[])).unwrap_err().to_string();
+        assert!(e.contains("--rank and --world are needed"), "{e}");
+        let e = place_from(None, None, &env(&[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")])).unwrap_err().to_string();
+        assert!(e.contains("SLURM_PROCID=x"), "{e}");
+        let two = env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "16"), ("SLURM_STEP_NUM_NODES", "2")]);
+        let e = place_from(None, None, &two).unwrap_err().to_string();
+        assert!(e.contains("spans 2 nodes"), "{e}");
+        let e = place_from(None, None, &env(&[("RANK", "0"), ("WORLD_SIZE", "16"), ("GROUP_WORLD_SIZE", "2")]));
+        assert!(e.is_err());
     }
 
     #[test]

@@ -1,0 +1,507 @@
+//! `--launcher slurm`: each cell is one job step of one allocation (the user's, when epdoctor runs
+//! inside one, or one it asks `salloc` for and gives back at the end). Every task writes its own
+//! file (`rank%t.log`), the tasks' ends come from srun's own report (`srun -v`), the deadline and
+//! interrupts go through `scancel` on the step, and after the step a probe runs on every node of the
+//! allocation (`epdoctor env --leftovers --cell TAG --kill`).
+//!
+//! The cell's variables reach the tasks through srun's own environment and `--export=ALL` (a value
+//! holding a comma cannot be written in `--export=NAME=value` form).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::sys::signal::Signal;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::launch::{self, Execution, Interrupts, Limits, Outcome, Spec, Stopper};
+use super::leftovers::{LeftoverProcess, Leftovers};
+use crate::cli::LauncherArgs;
+
+/// srun's own messages (its stderr), under the cell folder; not a rank's log.
+pub const SRUN_LOG: &str = "slurm/srun.log";
+const PROBE_LOG: &str = "slurm/probe.log";
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The allocation the cells run in; what cells.json records as the run's launcher.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Allocation {
+    pub job_id: String,
+    /// epdoctor asked salloc for it and cancels it at the end.
+    #[serde(rename = "allocated_by_epdoctor")]
+    pub owned: bool,
+    pub nodes: Vec<String>,
+    #[serde(skip)]
+    geometry: Vec<String>,
+    #[serde(skip)]
+    srun_args: Vec<String>,
+    #[serde(skip)]
+    exe: PathBuf,
+}
+
+/// What the stopper did to the step, for the per-task outcome: which tasks had ended when.
+#[derive(Debug, Default)]
+pub struct Stops {
+    /// (signal sent, tasks whose end srun had reported by then)
+    pub sent: Vec<(Signal, BTreeSet<usize>)>,
+    pub lines: Vec<String>,
+}
+
+impl Allocation {
+    /// The current allocation (SLURM_JOB_ID), else a new one from salloc.
+    pub fn acquire(l: &LauncherArgs, ranks: Option<usize>) -> anyhow::Result<Allocation> {
+        let exe = std::env::current_exe().context("finding epdoctor's own executable for the leftovers probe")?;
+        let mut geometry = Vec::new();
+        if let Some(n) = l.nodes {
+            geometry.push(format!("--nodes={n}"));
+        }
+        if let Some(k) = l.ntasks_per_node {
+            geometry.push(format!("--ntasks-per-node={k}"));
+        }
+        if let Some(n) = ranks {
+            geometry.push(format!("--ntasks={n}"));
+        }
+        let (job_id, owned) = match std::env::var("SLURM_JOB_ID") {
+            Ok(j) if !j.trim().is_empty() => (j.trim().to_string(), false),
+            _ => (salloc(l, &geometry)?, true),
+        };
+        let mut a = Allocation { job_id, owned, nodes: Vec::new(), geometry, srun_args: l.srun_args.clone(), exe };
+        // From here on, Drop gives an owned allocation back whatever happens.
+        a.nodes = a.node_list()?;
+        Ok(a)
+    }
+
+    fn node_list(&self) -> anyhow::Result<Vec<String>> {
+        let list = output(Command::new("squeue").args(["--noheader", "--jobs", &self.job_id, "--format", "%N"]))?;
+        let list = list.trim();
+        if list.is_empty() {
+            bail!("squeue lists no nodes for job {} (is it running?)", self.job_id);
+        }
+        let names = output(Command::new("scontrol").args(["show", "hostnames", list]))?;
+        Ok(names.split_whitespace().map(String::from).collect())
+    }
+
+    /// The job step of one cell: srun starts `program args` once per task.
+    pub fn step_spec(
+        &self,
+        cell_dir: &Path,
+        program: &OsString,
+        args: &[OsString],
+        env: BTreeMap<String, Option<String>>,
+        stops: Arc<Mutex<Stops>>,
+    ) -> anyhow::Result<Spec> {
+        let dir = cell_dir.to_string_lossy();
+        if dir.contains('%') || dir.contains('\\') {
+            bail!("the run folder {dir} holds % or \\, which srun reads as a file-name pattern; choose another --out");
+        }
+        std::fs::create_dir_all(cell_dir.join("slurm"))?;
+        let tag = cell_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut a: Vec<OsString> = vec![
+            format!("--jobid={}", self.job_id).into(),
+            format!("--job-name=epdoctor-{tag}").into(),
+            "--verbose".into(),
+            "--kill-on-bad-exit=1".into(),
+            "--export=ALL".into(),
+            "--input=none".into(),
+            format!("--output={dir}/rank%t.log").into(),
+        ];
+        a.extend(self.geometry.iter().map(OsString::from));
+        a.extend(self.srun_args.iter().map(OsString::from));
+        a.push(program.clone());
+        a.extend(args.iter().cloned());
+        let log = cell_dir.join(SRUN_LOG);
+        let srun_log = log.clone();
+        let stopper = Stopper(Arc::new(move |pid, sig| stop_step(&srun_log, pid, sig, &stops)));
+        Ok(Spec { label: "srun".into(), program: "srun".into(), args: a, env, log, stopper: Some(stopper) })
+    }
+
+    /// One outcome per task from srun's report, with the harness's own part in its end (deadline,
+    /// interrupt, SIGKILL) from what had ended when the stopper acted; srun's own outcome last.
+    pub fn task_outcomes(
+        &self,
+        cell_dir: &Path,
+        ex: &Execution,
+        stops: &Stops,
+    ) -> Vec<(Outcome, String, Option<String>)> {
+        let report = Report::parse(&std::fs::read_to_string(cell_dir.join(SRUN_LOG)).unwrap_or_default());
+        let mut out = Vec::new();
+        for (&t, node) in &report.tasks {
+            let mut o = Outcome { label: t.to_string(), ..Default::default() };
+            match report.ends.get(&t) {
+                Some(End::Exit(c)) => o.exit_code = Some(*c),
+                Some(End::Signal(s)) => {
+                    o.signal = Some(*s);
+                    o.signal_name = Some(launch::signal_name(*s));
+                }
+                Some(End::Other(text)) => o.signal_name = Some(text.clone()),
+                None => {}
+            }
+            for (sig, ended) in &stops.sent {
+                if ended.contains(&t) {
+                    continue;
+                }
+                match sig {
+                    Signal::SIGKILL => o.sigkill = true,
+                    _ if ex.deadline_hit => o.deadline = true,
+                    _ => o.interrupted = true,
+                }
+            }
+            out.push((o, format!("rank{t}.log"), Some(node.clone())));
+        }
+        if let Some(o) = ex.outcomes.first() {
+            out.push((o.clone(), SRUN_LOG.into(), None));
+        }
+        out
+    }
+
+    /// The step's id (`JOB.STEP`) and nodes, for cells.json.
+    pub fn step_of(cell_dir: &Path) -> (Option<String>, Vec<String>) {
+        let r = Report::parse(&std::fs::read_to_string(cell_dir.join(SRUN_LOG)).unwrap_or_default());
+        (r.step, r.tasks.values().cloned().collect::<BTreeSet<_>>().into_iter().collect())
+    }
+
+    /// Run the leftovers probe on every node of the allocation: each node lists (and kills) the
+    /// processes carrying the cell's tag, its NCCL sockets and the /dev/shm files since `since`.
+    pub fn probe(&self, cell_dir: &Path, tag: &str, since: f64) -> (Leftovers, Vec<String>) {
+        let mut lines = Vec::new();
+        let n = self.nodes.len().max(1);
+        let dir = cell_dir.to_string_lossy();
+        let args: Vec<OsString> = [
+            format!("--jobid={}", self.job_id),
+            "--job-name=epdoctor-leftovers".into(),
+            format!("--nodes={n}"),
+            "--ntasks-per-node=1".into(),
+            // The probe must run even while a cell's step still holds the CPUs.
+            "--overlap".into(),
+            "--export=ALL".into(),
+            "--input=none".into(),
+            format!("--output={dir}/slurm/probe.%t.json"),
+            // Anything on stderr must not spoil the JSON.
+            format!("--error={dir}/slurm/probe.%t.err"),
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .chain([
+            self.exe.clone().into(),
+            "env".into(),
+            "--leftovers".into(),
+            "--cell".into(),
+            tag.into(),
+            "--since".into(),
+            format!("{since}").into(),
+            "--kill".into(),
+            "--format".into(),
+            "json".into(),
+        ])
+        .collect();
+        // The probe itself must not carry the cell's tag.
+        let env = BTreeMap::from([(super::cell::CELL_ENV.to_string(), None)]);
+        let spec = Spec {
+            label: "leftovers-probe".into(),
+            program: "srun".into(),
+            args,
+            env,
+            log: cell_dir.join(PROBE_LOG),
+            stopper: None,
+        };
+        struct Never;
+        impl Interrupts for Never {
+            fn count(&self) -> usize {
+                0
+            }
+            fn name(&self) -> String {
+                String::new()
+            }
+        }
+        let limits = Limits { timeout: PROBE_TIMEOUT, grace: Duration::from_secs(3) };
+        let ex = launch::execute(&[spec], &limits, &Never, &mut || {});
+        let o = &ex.outcomes[0];
+        if o.exit_code != Some(0) {
+            lines.push(format!(
+                "{} leftovers probe (srun on every node) ended {}; see {PROBE_LOG}",
+                launch::HARNESS_PREFIX,
+                o.short()
+            ));
+        }
+        let mut left = Leftovers::default();
+        for t in 0..n {
+            let p = cell_dir.join(format!("slurm/probe.{t}.json"));
+            let node: Result<NodeLeftovers, String> = std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()));
+            match node {
+                Ok(nl) => {
+                    left.processes.extend(nl.leftovers.processes.into_iter().map(|mut p| {
+                        p.node = Some(nl.node.clone());
+                        p
+                    }));
+                    left.shm.extend(nl.leftovers.shm);
+                    left.sockets.extend(nl.leftovers.sockets);
+                    left.probed_nodes.push(nl.node);
+                }
+                Err(e) => lines.push(format!(
+                    "{} leftovers probe task {t}: no answer ({}: {e})",
+                    launch::HARNESS_PREFIX,
+                    p.display()
+                )),
+            }
+        }
+        (left, lines)
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if self.owned && !self.job_id.is_empty() {
+            let _ = Command::new("scancel").arg(&self.job_id).stdin(Stdio::null()).output();
+        }
+    }
+}
+
+/// What one node's probe prints (`epdoctor env --leftovers --format json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeLeftovers {
+    pub node: String,
+    pub cell: String,
+    #[serde(flatten)]
+    pub leftovers: Leftovers,
+}
+
+fn salloc(l: &LauncherArgs, geometry: &[String]) -> anyhow::Result<String> {
+    let mut c = Command::new("salloc");
+    c.args(["--no-shell", "--job-name=epdoctor-repro"]).args(geometry);
+    if let Some(p) = &l.partition {
+        c.arg(format!("--partition={p}"));
+    }
+    if let Some(t) = &l.time {
+        c.arg(format!("--time={t}"));
+    }
+    let out = c.stdin(Stdio::null()).output().context("starting salloc (is Slurm installed?)")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    static GRANTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"Granted job allocation (\d+)").unwrap());
+    match GRANTED.captures(&err) {
+        Some(c) if out.status.success() => Ok(c[1].to_string()),
+        _ => bail!("salloc did not grant an allocation ({}): {}", out.status, err.trim()),
+    }
+}
+
+fn output(c: &mut Command) -> anyhow::Result<String> {
+    let what = format!("{c:?}");
+    let out = c.stdin(Stdio::null()).output().with_context(|| format!("starting {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// SIGTERM: `scancel --signal=TERM` on the step; SIGKILL: `scancel --signal=KILL`, then `scancel`.
+/// Before srun has launched the step (no step id yet), srun itself is signalled: it then cancels
+/// what it asked for.
+fn stop_step(srun_log: &Path, pid: i32, sig: Signal, stops: &Mutex<Stops>) {
+    let report = Report::parse(&std::fs::read_to_string(srun_log).unwrap_or_default());
+    let mut st = stops.lock().unwrap_or_else(|e| e.into_inner());
+    st.sent.push((sig, report.ends.keys().copied().collect()));
+    let Some(step) = report.step else {
+        st.lines.push(format!("{} srun had no job step yet: sent {} to srun", launch::HARNESS_PREFIX, sig.as_str()));
+        launch::signal_group(pid, sig);
+        return;
+    };
+    let name = if sig == Signal::SIGKILL { "KILL" } else { "TERM" };
+    let mut cmds = vec![vec![format!("--signal={name}"), step.clone()]];
+    if sig == Signal::SIGKILL {
+        cmds.push(vec![step.clone()]);
+    }
+    for c in cmds {
+        let r = Command::new("scancel").args(&c).stdin(Stdio::null()).output();
+        let how = match &r {
+            Ok(o) if o.status.success() => "ok".to_string(),
+            Ok(o) => format!("failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => format!("could not start: {e}"),
+        };
+        st.lines.push(format!("{} scancel {}: {how}", launch::HARNESS_PREFIX, c.join(" ")));
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum End {
+    Exit(i32),
+    Signal(i32),
+    /// srun's words for an end it did not describe as an exit code or a known signal.
+    Other(String),
+}
+
+/// What srun said about its step: the step id, each task's node and each task's end.
+#[derive(Debug, Default)]
+struct Report {
+    step: Option<String>,
+    tasks: BTreeMap<usize, String>,
+    ends: BTreeMap<usize, End>,
+}
+
+// srun's formats (Slurm 22.05, unchanged in later releases): `launching StepId=J.S on host H, N tasks: LIST`
+// (--verbose) and `H: task(s) LIST: WHAT` after `error: ` or `_task_finish: `, WHAT being `Completed`
+// (--verbose), `Exited with exit code N`, or the signal's strsignal text.
+static LAUNCHING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"launching (?:StepId=)?(\d+\.\d+) on host (\S+), \d+ tasks?: \[?([0-9][0-9,\-]*)\]?").unwrap()
+});
+static TASK_END: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^srun: (?:error: |.*_task_finish: )(\S+): tasks? \[?([0-9][0-9,\-]*)\]?: (.+)$").unwrap()
+});
+
+impl Report {
+    fn parse(text: &str) -> Report {
+        let mut r = Report::default();
+        for line in text.lines() {
+            if let Some(c) = LAUNCHING.captures(line) {
+                r.step = Some(c[1].to_string());
+                for t in task_list(&c[3]) {
+                    r.tasks.insert(t, c[2].to_string());
+                }
+            } else if let Some(c) = TASK_END.captures(line) {
+                let end = end_of(c[3].trim());
+                for t in task_list(&c[2]) {
+                    r.tasks.entry(t).or_insert_with(|| c[1].to_string());
+                    // An exit code or signal wins over a later, vaguer word about the same task.
+                    if !matches!(r.ends.get(&t), Some(End::Exit(_) | End::Signal(_))) {
+                        r.ends.insert(t, end.clone());
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+fn end_of(what: &str) -> End {
+    if what == "Completed" {
+        return End::Exit(0);
+    }
+    if let Some(c) = what.strip_prefix("Exited with exit code ").and_then(|c| c.trim().parse().ok()) {
+        return End::Exit(c);
+    }
+    let text = what.trim_end_matches(" (core dumped)");
+    match signal_by_text(text) {
+        Some(s) => End::Signal(s),
+        None => End::Other(what.to_string()),
+    }
+}
+
+/// The signal whose strsignal(3) text srun printed (it prints exactly that).
+fn signal_by_text(text: &str) -> Option<i32> {
+    (1..=64).find(|&s| {
+        // SAFETY: strsignal returns a NUL-terminated string; it is copied at once.
+        let p = unsafe { libc::strsignal(s) };
+        !p.is_null() && unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy() == text
+    })
+}
+
+/// `0-2,5` -> 0, 1, 2, 5.
+fn task_list(s: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+                    out.extend(a..=b.min(a + 100_000));
+                }
+            }
+            None => out.extend(part.parse::<usize>().ok()),
+        }
+    }
+    out
+}
+
+/// `epdoctor env --leftovers --cell TAG [--since T] [--kill] [-f json]`, printed.
+pub fn leftovers_command(cell: &str, since: Option<f64>, kill: bool, format: crate::cli::Format) -> anyhow::Result<u8> {
+    use std::io::Write;
+    if cell.is_empty() {
+        bail!("--cell: the tag is empty (it is a cell folder, the EPDOCTOR_CELL_DIR value of the cell's processes)");
+    }
+    let n = probe_here(cell, since, kill);
+    let text = match format {
+        crate::cli::Format::Json => serde_json::to_string_pretty(&n)? + "\n",
+        _ => {
+            let mut l = n.leftovers.lines();
+            if l.is_empty() {
+                l.push(format!("nothing of cell {cell} on {}", n.node));
+            }
+            l.join("\n") + "\n"
+        }
+    };
+    let mut so = std::io::stdout().lock();
+    so.write_all(text.as_bytes())?;
+    so.flush()?;
+    Ok(crate::exit::OK)
+}
+
+/// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the
+/// NCCL sockets they hold, the NCCL /dev/shm files modified since `since`.
+pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
+    use super::leftovers as lo;
+    let m = lo::Membership { pgids: Vec::new(), env: Some((super::cell::CELL_ENV.into(), cell.into())) };
+    // Longer than the local settle: the step's processes on this node get scancel's signal through
+    // slurmstepd, a moment after srun has already returned.
+    let mut procs: Vec<LeftoverProcess> = lo::settle(&m, Duration::from_secs(2));
+    let shm = since.map(|t| lo::shm_since(&lo::shm_dir(), t)).unwrap_or_default();
+    let sockets = lo::held_sockets(&procs);
+    if kill {
+        lo::kill_all(&m, &mut procs, Duration::from_secs(5));
+    }
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    NodeLeftovers {
+        node,
+        cell: cell.into(),
+        leftovers: Leftovers { processes: procs, shm, sockets, probed_nodes: Vec::new() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Real srun 22.05.8 output (the CI Slurm, `srun -v --kill-on-bad-exit=1 -n 2 ...`, task 1 exits 3,
+    // task 0 then killed by the step's end; and a signalled task).
+    const REPORT: &str = "\
+srun: defined options
+srun: jobid 6: nodes(1):`vm', cpu counts: 2(x1)
+srun: launching StepId=6.0 on host vm, 2 tasks: [0-1]
+srun: launch/slurm: _task_start: Node vm, 2 tasks started
+srun: launch/slurm: _task_finish: Received task exit notification for 1 task of StepId=6.0 (status=0x0300).
+srun: error: vm: task 1: Exited with exit code 3
+srun: launch/slurm: _step_signal: Terminating StepId=6.0
+srun: launch/slurm: _task_finish: Received task exit notification for 1 task of StepId=6.0 (status=0x000f).
+srun: error: vm: task 0: Terminated
+srun: Force Terminated StepId=6.0
+";
+
+    #[test]
+    fn srun_report_gives_step_tasks_and_ends() {
+        let r = Report::parse(REPORT);
+        assert_eq!(r.step.as_deref(), Some("6.0"));
+        assert_eq!(r.tasks, BTreeMap::from([(0, "vm".to_string()), (1, "vm".to_string())]));
+        assert_eq!(r.ends[&1], End::Exit(3));
+        assert_eq!(r.ends[&0], End::Signal(15));
+        let r = Report::parse(
+            "srun: launching StepId=5.0 on host vm, 1 tasks: 0\n\
+             srun: launching StepId=5.0 on host vn, 2 tasks: [1-2]\n\
+             srun: launch/slurm: _task_finish: vm: task 0: Completed\n\
+             srun: error: vn: tasks 1-2: Segmentation fault (core dumped)\n",
+        );
+        assert_eq!(r.tasks[&2], "vn");
+        assert_eq!(r.ends[&0], End::Exit(0));
+        assert_eq!(r.ends[&2], End::Signal(11));
+    }
+
+    #[test]
+    fn task_lists_and_unknown_words() {
+        assert_eq!(task_list("0-2,5"), vec![0, 1, 2, 5]);
+        assert_eq!(task_list("x"), Vec::<usize>::new());
+        assert_eq!(end_of("Killed"), End::Signal(9));
+        assert_eq!(end_of("Out of memory"), End::Other("Out of memory".into()));
+    }
+}
