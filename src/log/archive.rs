@@ -472,7 +472,7 @@ mod tests {
             [("o.tar", outer.clone()), ("o.zip", zip_of(&[("in.zip", &inner_zip), ("in.tgz", &inner_tgz)], true))]
         {
             let p = write(d.path(), name, &bytes);
-            let x = expand_with(&[p.clone()], &LIMITS).unwrap();
+            let x = expand_with(std::slice::from_ref(&p), &LIMITS).unwrap();
             let got = names(&x);
             let base = p.display().to_string();
             assert!(got.contains(&format!("{base}!in.zip!b.log")), "{got:?}");
@@ -493,7 +493,7 @@ mod tests {
         let members: Vec<(&str, &[u8])> = names_in.iter().map(|n| (*n, LOG)).collect();
         for (file, bytes) in [("t.tar", tar_of(&members)), ("z.zip", zip_of(&members, true))] {
             let p = write(&inner, file, &bytes);
-            let x = expand_with(&[p.clone()], &LIMITS).unwrap();
+            let x = expand_with(std::slice::from_ref(&p), &LIMITS).unwrap();
             let got = names(&x);
             assert_eq!(got.len(), 3, "{got:?}");
             assert!(got[0].ends_with("!../../evil.log") && got[1].ends_with("!/etc/abs.log"), "{got:?}");
@@ -534,7 +534,7 @@ mod tests {
         let mut t = tar_of(&[("a.log", LOG), ("b.log", &LOG.repeat(100))]);
         t.truncate(512 + 512 + 512 + 100);
         let p = write(d.path(), "cut.tar", &t);
-        let x = expand_with(&[p.clone()], &LIMITS).unwrap();
+        let x = expand_with(std::slice::from_ref(&p), &LIMITS).unwrap();
         assert_eq!(names(&x)[0], format!("{}!a.log", p.display()));
         assert!(x.notes.iter().any(|n| n.contains("cut.tar")), "{:?}", x.notes);
     }

@@ -104,11 +104,14 @@ const NOT_RANK_WORDS: &[&str] = &[
     "cu",
 ];
 
+/// A name's index and the numbers its file name holds.
+type Member = (usize, Vec<u64>);
+
 /// For each of `names` (in their order), the rank or host/pid its name implies, if any.
 pub fn ranks_from_names(names: &[&str]) -> Vec<Option<NameHint>> {
     let mut out: Vec<Option<NameHint>> = names.iter().map(|n| direct(n)).collect();
     // Slurm `%t` siblings, among the names nothing else answered for.
-    let mut groups: BTreeMap<(&str, String), Vec<(usize, Vec<u64>)>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, String), Vec<Member>> = BTreeMap::new();
     for (i, n) in names.iter().enumerate() {
         if out[i].is_some() {
             continue;

@@ -15,7 +15,6 @@ use crate::repro::result::Run;
 pub(crate) const HEADING: &str = "# epdoctor report";
 
 /// The models one report is made of.
-
 pub(crate) struct Doc<'a> {
     pub env: &'a EnvReport,
     pub analysis: Option<&'a Analysis>,
