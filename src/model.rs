@@ -62,6 +62,10 @@ pub struct Evidence {
     pub line: u64,
     pub rank: Option<u32>,
     pub text: String,
+    /// What the line's record adds: the innermost frame of a traceback, the libraries of a crash
+    /// backtrace, the error a `Last error:` payload restates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,6 +131,44 @@ pub struct Analysis {
     /// Notes about the input itself (cut lines, truncated compressed data, byte limit reached).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// How the run ended, from its success and failure markers and its findings.
+    #[serde(default)]
+    pub outcome: OutcomeReport,
+    /// Python warnings from modules outside torch.distributed, NCCL, NVSHMEM and DeepEP.
+    #[serde(default)]
+    pub unrelated: Unrelated,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOutcome {
+    Succeeded,
+    Failed,
+    #[default]
+    Unknown,
+}
+
+impl RunOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Succeeded => "succeeded",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OutcomeReport {
+    pub status: RunOutcome,
+    /// The lines that decided it (a success marker, a failure marker or the primary's line).
+    pub evidence: Vec<Evidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Unrelated {
+    pub count: u64,
+    pub examples: Vec<Unexplained>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
