@@ -110,6 +110,12 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             return Some(rest);
         }
     }
+    // A collector's line counter (`[80746] `) in front of another prefix.
+    if !inner.is_empty() && digits(inner) == inner.len() && inner.len() <= 9 {
+        let rest = after.strip_prefix(' ')?;
+        let mut probe = Prefixed::default();
+        return one(rest, &mut probe).is_some().then_some(rest);
+    }
     if matches!(inner, "stdout" | "stderr" | "STDOUT" | "STDERR" | "out" | "err") {
         let rest = after.strip_prefix(':').unwrap_or(after);
         return Some(rest);
@@ -117,6 +123,20 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     // Open MPI's and UCX's crash handlers: `[host:pid] `, `[host:pid:tid:n] `.
     if let Some((host, rest)) = inner.split_once(':') {
         let pid = rest.split(':').next().unwrap_or("");
+        if !host.is_empty()
+            && host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+            && !pid.is_empty()
+            && digits(pid) == pid.len()
+            && rest.bytes().all(|c| c.is_ascii_digit() || c == b':')
+            && after.starts_with(':')
+            && !rest.contains(':')
+            && pid.len() <= 5
+        {
+            // `[gpu187:1]:` (accelerate and DeepSpeed's per-host prefix): the host and the rank.
+            p.host = Some(host);
+            p.rank = pid.parse().ok();
+            return Some(&after[1..]);
+        }
         if !host.is_empty()
             && host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
             && !pid.is_empty()
@@ -312,10 +332,32 @@ mod tests {
         let p = strip_prefixes("12: [rank12]:[E ProcessGroupNCCL.cpp:1] boom");
         assert_eq!((p.rank, p.rest), (Some(12), "[E ProcessGroupNCCL.cpp:1] boom"));
         assert_eq!(strip_prefixes(" 3: gpu1:12:34 [0] NCCL WARN x").rank, Some(3));
-        assert_eq!(strip_prefixes("0:   File \"x.py\", line 3").indented, true);
+        assert!(strip_prefixes("0:   File \"x.py\", line 3").indented);
         // Not labels.
         assert_eq!(rest("12:34:56 something"), "12:34:56 something");
         assert_eq!(strip_prefixes("123456: x").rank, None);
+    }
+
+    #[test]
+    fn host_rank_and_host_pid_brackets() {
+        let p = strip_prefixes("[gpu187:1]:torch.cuda.OutOfMemoryError: CUDA out of memory.");
+        assert_eq!(
+            (p.host, p.rank, p.rest),
+            (Some("gpu187"), Some(1), "torch.cuda.OutOfMemoryError: CUDA out of memory.")
+        );
+        let p = strip_prefixes("[k8s-slave03:00956] *** Process received signal ***");
+        assert_eq!(
+            (p.host, p.pid, p.rank, p.rest),
+            (Some("k8s-slave03"), Some(956), None, "*** Process received signal ***")
+        );
+    }
+
+    #[test]
+    fn a_line_counter_before_a_prefix() {
+        let p = strip_prefixes("[80746] [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x");
+        assert_eq!((p.rank, p.rest), (Some(0), "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x"));
+        // zsh's job report keeps its `[1]`: rules read the pid after it.
+        assert_eq!(rest("[1]    12345 killed     python train.py"), "[1]    12345 killed     python train.py");
     }
 
     #[test]
