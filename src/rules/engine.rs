@@ -79,7 +79,7 @@ pub struct Engine {
     markers: Vec<(Marker, Regex)>,
     outcome_markers: Vec<OutcomeMarker>,
     /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml).
-    sites_db: Sites,
+    sites_db: &'static Sites,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
     /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
     /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
@@ -486,14 +486,15 @@ impl Engine {
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
         // Fingerprint sites: WARN and ATTN lines only (INFO unwinding lines name other sites).
-        if matches!(level, Level::Warn | Level::Attn) && rec.kind == log::Kind::Nccl {
-            if let Some((f, ln)) = rec.site {
-                if let Some(id) = self.sites_db.lookup(f, ln, rec.msg) {
-                    let key = (format!("{f}:{ln}"), id);
-                    if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
-                        st.sites_seq.push(key);
-                    }
-                }
+        let known = match (rec.kind, level, rec.site) {
+            (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
+                self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+            }
+            _ => None,
+        };
+        if let Some(key) = known {
+            if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
+                st.sites_seq.push(key);
             }
         }
         if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
@@ -652,10 +653,10 @@ impl Engine {
                 nccl_out = Some(min.to_string());
             }
             notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
-        } else if let Some(n) = st.torch_version.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
-            nccl = Version::parse(&n.value);
-            nccl_out = Some(n.value.clone());
-            notes.push(n);
+        } else if let Some(pin) = st.torch_version.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
+            nccl = Version::parse(&pin.value);
+            nccl_out = Some(pin.value.clone());
+            notes.push(pin);
         }
         let torch = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
