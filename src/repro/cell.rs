@@ -16,6 +16,7 @@ use super::leftovers::{self, Leftovers, Membership};
 use super::markers::{self, RankMarkers};
 use super::matrix::{AxisKind, CellPlan, Plan, Workload};
 use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
+use super::stacks;
 use crate::cli::RuleOpts;
 
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
@@ -50,10 +51,16 @@ pub fn run_cell(
     let before = leftovers::snapshot(&launcher.shm_dir);
     let limits =
         Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
-    let ex = launch::execute(&specs, &limits, stop, tick);
+    let cell_env = (CELL_ENV.to_string(), cell_dir.to_string_lossy().into_owned());
+    let mut stacks = Vec::new();
+    let ex = launch::execute(&specs, &limits, stop, tick, &mut |alive| {
+        let m = Membership { pgids: alive.iter().map(|(_, pid)| *pid).collect(), env: cell_env.clone() };
+        let cap = stacks::capture(&leftovers::cell_processes(&m), alive, cell_dir);
+        stacks = cap.stacks;
+        cap.notes
+    });
 
-    let membership =
-        Membership { pgids: ex.pgids.clone(), env: (CELL_ENV.into(), cell_dir.to_string_lossy().into_owned()) };
+    let membership = Membership { pgids: ex.pgids.clone(), env: cell_env };
     let mut procs = leftovers::settle(&membership, SETTLE);
     // Sockets are looked at while their holders are still alive.
     let shm = leftovers::new_shm(&before, &launcher.shm_dir);
@@ -65,7 +72,7 @@ pub fn run_cell(
     for s in &specs {
         all_markers.extend(markers::parse_file(&s.log));
     }
-    let hung = hung_ranks(plan, &ex, &all_markers);
+    let hung = stacks::attach(hung_ranks(plan, &ex, &all_markers), &stacks);
 
     let mut lines = ex.lines.clone();
     lines.extend(ex.outcomes.iter().filter_map(launch::exit_line));
@@ -157,6 +164,7 @@ pub fn run_cell(
         }),
         explain_error,
         leftovers: left,
+        stacks,
     })
 }
 
@@ -236,7 +244,7 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
         let phase = m.get(rank).and_then(RankMarkers::last_phase);
         let for_s = phase.and_then(|p| Some(ex.stop_unix? - m[rank].phases[p]));
         let last = m.get(rank).map(|x| x.last.clone()).filter(|l| !l.is_empty() && !l.starts_with("phase="));
-        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last }
+        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last, waits: None }
     };
     match plan.workload {
         Workload::Builtin { .. } => ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect(),
@@ -244,7 +252,7 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
             let inside: Vec<Hung> =
                 m.iter().filter(|(_, v)| v.last_phase() != Some("teardown-end")).map(|(r, _)| hung(r)).collect();
             if inside.is_empty() {
-                vec![Hung { rank: "cmd".into(), phase: None, for_s: None, last: None }]
+                vec![Hung { rank: "cmd".into(), phase: None, for_s: None, last: None, waits: None }]
             } else {
                 inside
             }
@@ -267,14 +275,22 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
             let who: Vec<String> = hung
                 .iter()
                 .map(|h| {
-                    let r = if h.rank == "cmd" { "the command".to_string() } else { format!("rank {}", h.rank) };
+                    let r = match h.rank.as_str() {
+                        "cmd" => "the command".to_string(),
+                        r if r.starts_with("pid ") => r.to_string(),
+                        r => format!("rank {r}"),
+                    };
                     let at = match (&h.phase, h.for_s) {
                         (Some(p), Some(s)) => format!("{r} in {} for {s:.1} s", phase_words(p)),
                         (Some(p), None) => format!("{r} in {}", phase_words(p)),
                         _ => r,
                     };
-                    match &h.last {
+                    let at = match &h.last {
                         Some(l) => format!("{at}, after `{l}`"),
+                        None => at,
+                    };
+                    match &h.waits {
+                        Some(w) => format!("{at}, waiting in `{w}`"),
                         None => at,
                     }
                 })

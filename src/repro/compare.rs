@@ -265,6 +265,7 @@ mod tests {
             primary: None,
             explain_error: None,
             leftovers: Leftovers::default(),
+            stacks: vec![],
         }
     }
 

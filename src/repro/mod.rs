@@ -14,6 +14,7 @@ pub mod markers;
 pub mod matrix;
 pub mod render;
 pub mod result;
+pub mod stacks;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;

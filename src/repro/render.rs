@@ -280,6 +280,9 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
         if let Some(e) = &c.explain_error {
             let _ = writeln!(s, "- explain failed: {e}");
         }
+        for l in super::stacks::markdown_lines(&c.stacks) {
+            let _ = writeln!(s, "{l}");
+        }
         for l in c.leftovers.lines() {
             let _ = writeln!(s, "- {}", l.trim_start_matches("[epdoctor-harness] "));
         }

@@ -120,6 +120,9 @@ pub struct Hung {
     /// Its last marker line (e.g. the last teardown step it finished).
     #[serde(default)]
     pub last: Option<String>,
+    /// Where its main thread waited at the deadline, folded from its stack.
+    #[serde(default)]
+    pub waits: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -171,6 +174,9 @@ pub struct Cell {
     /// Why there is no verdict (the engine failed on this cell's logs).
     pub explain_error: Option<String>,
     pub leftovers: Leftovers,
+    /// The stack of every process still running at the deadline.
+    #[serde(default)]
+    pub stacks: Vec<super::stacks::ProcStack>,
 }
 
 impl Cell {
