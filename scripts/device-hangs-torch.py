@@ -57,7 +57,8 @@ def rank_main(case):
     rank = int(os.environ["RANK"])
     v = torch.cuda.nccl.version()
     ver = tuple(v) if isinstance(v, (tuple, list)) else (v // 10000, (v // 100) % 100, v % 100)
-    if ver >= (2, 30, 3):
+    # torch reports the NCCL it was built with; a preloaded newer one is chosen with the variable.
+    if ver >= (2, 30, 3) or os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1":
         os.environ.setdefault("NCCL_MULTI_RANK_GPU_ENABLE", "1")
     else:
         os.environ.setdefault("NCCL_HOSTID", f"epdoctor-fr-rank{rank}")

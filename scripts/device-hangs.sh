@@ -8,23 +8,25 @@
 #                                            workload's early-exit hang with the survivor's stack, and the
 #                                            torch destroy hang (2.32.3 vs torch's own NCCL)
 #
-# Everything goes under $OUT (one .tgz per step plus a summary); epdoctor is target/release/epdoctor.
-# Stack tools: py-spy from .whl/ (a wheel), eu-stack from .whl/deb/ (Debian's elfutils), else /proc.
+# Everything goes under $OUT (one .tgz per step plus a summary); epdoctor is $BIN (default
+# target/release/epdoctor). Stack tools: py-spy from $WHL (a wheel; default .whl/), eu-stack from
+# $WHL/deb/ (Debian's elfutils packages), else /proc.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$here/target/release/epdoctor}
 OUT=${OUT:-$PWD/device-hangs-out}
+WHL=${WHL:-$here/.whl}
 W=/tmp/hangs-work
 mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 tools() {
-  if [ ! -x /tmp/site/bin/py-spy ] && ls "$here"/.whl/py_spy-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$here"/.whl/py_spy-*.whl
+  if [ ! -x /tmp/site/bin/py-spy ] && ls "$WHL"/py_spy-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHL"/py_spy-*.whl
   fi
-  if [ ! -x /tmp/eubin/eu-stack ] && ls "$here"/.whl/deb/*.deb >/dev/null 2>&1; then
+  if [ ! -x /tmp/eubin/eu-stack ] && ls "$WHL"/deb/*.deb >/dev/null 2>&1; then
     mkdir -p /tmp/eu /tmp/eubin
-    for f in "$here"/.whl/deb/*.deb; do dpkg -x "$f" /tmp/eu; done
+    for f in "$WHL"/deb/*.deb; do dpkg -x "$f" /tmp/eu; done
     printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/eu/usr/lib/x86_64-linux-gnu exec /tmp/eu/usr/bin/eu-stack "$@"\n' > /tmp/eubin/eu-stack
     chmod +x /tmp/eubin/eu-stack
   fi
@@ -63,7 +65,7 @@ count() {
 case "${1:-}" in
 torch)
   facts | tee "$W/facts-torch.txt"
-  tools | tee -a "$W/facts-torch.txt"
+  tools > "$W/tools.txt"; cat "$W/tools.txt" | tee -a "$W/facts-torch.txt"
   "$BIN" env > "$W/env.txt" 2>&1
   S=$here/scripts/device-hangs-torch.py
   export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1
@@ -78,6 +80,23 @@ torch)
   TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$W/stack-skip-dumps/nccl_trace_rank_ PG_TIMEOUT_S=300 \
     repro stack-skip 90 --timeout 15 -- python3 "$S" skip
   tar -czf "$OUT/torch.tgz" -C "$W" .
+  ;;
+stacks)
+  # The skip case again, stopped before the group's timeout, with py-spy and eu-stack on PATH.
+  tools
+  mkdir -p "$W/stack-skip2-dumps"
+  TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$W/stack-skip2-dumps/nccl_trace_rank_ PG_TIMEOUT_S=300 \
+    repro stack-skip2 90 --timeout 15 -- python3 "$here/scripts/device-hangs-torch.py" skip
+  tar -czf "$OUT/stacks.tgz" -C "$W" stack-skip2 stack-skip2.stdout
+  ;;
+destroy232)
+  # torch's early exit on NCCL 2.32.3 with two real local ranks (NCCL_MULTI_RANK_GPU_ENABLE=1).
+  tools
+  mkdir -p "$W/torch-destroy232-dumps"
+  TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$W/torch-destroy232-dumps/nccl_trace_rank_ \
+    repro torch-destroy232 120 --timeout 30 --nccl-lib /tmp/n32/libnccl.so.2 --env NCCL_MULTI_RANK_GPU_ENABLE=1 --env NCCL_DEBUG=WARN,INFO \
+    -- python3 "$here/scripts/device-hangs-torch.py" early-exit
+  tar -czf "$OUT/destroy232.tgz" -C "$W" torch-destroy232 torch-destroy232.stdout torch-destroy232-dumps
   ;;
 piece)
   mkdir -p /tmp/n32 && cp "$2" /tmp/n32/ && ls -la /tmp/n32

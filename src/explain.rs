@@ -14,8 +14,20 @@ use crate::rules::{self, Options};
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
     let engine = rules::engine(rule_opts)?;
-    let inputs = log::expand(paths)?;
-    engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })
+    let (inputs, notes, dumps) = with_flight_recorder(log::expand(paths)?)?;
+    Ok(crate::flight::join(engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })?, notes, dumps))
+}
+
+/// Flight Recorder dumps among the inputs are read as such; what they show joins the logs as one
+/// more input (see src/flight).
+fn with_flight_recorder(inputs: Vec<log::Input>) -> Result<(Vec<log::Input>, Vec<String>, bool)> {
+    let (mut logs, dumps, notes) = crate::flight::split(inputs);
+    if logs.is_empty() && dumps.is_empty() {
+        anyhow::bail!("nothing to read: {}", notes.join("; "));
+    }
+    let had = !dumps.is_empty();
+    logs.extend(crate::flight::input(&dumps));
+    Ok((logs, notes, had))
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
@@ -26,14 +38,14 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         );
     }
     let engine = rules::engine(&args.rule_opts)?;
-    let inputs = log::expand(&args.paths)?;
+    let (inputs, notes, dumps) = with_flight_recorder(log::expand(&args.paths)?)?;
     let opts = Options {
         max_bytes: args.max_bytes,
         evidence: args.evidence,
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = engine.analyze(&inputs, &opts)?;
+    let analysis = crate::flight::join(engine.analyze(&inputs, &opts)?, notes, dumps);
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     let text = report::render(&analysis, args.format, &RenderOpts { redact: !args.no_redact, evidence: args.evidence });

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod env;
 pub mod exit;
 pub mod explain;
+pub mod flight;
 pub mod log;
 pub mod model;
 pub mod report;

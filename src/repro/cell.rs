@@ -24,6 +24,8 @@ pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 /// How long exiting processes get before they count as left behind.
 const SETTLE: Duration = Duration::from_millis(500);
 const KILL_WAIT: Duration = Duration::from_secs(5);
+/// Where PyTorch writes its Flight Recorder dumps (the rank is appended).
+const FR_FILE_ENV: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 
 /// What starts the built-in worker (the lead's fixed interface) and how big its work is.
 pub struct Launcher {
@@ -210,6 +212,11 @@ fn specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::R
         Workload::Command(cmd) => {
             if plan.set_debug_file {
                 env.insert("NCCL_DEBUG_FILE".into(), debug_file("nccl.%p.log"));
+            }
+            // Flight Recorder dumps (when the user turns the recorder on) land in the cell, where
+            // explain reads them with the logs.
+            if !env.contains_key(FR_FILE_ENV) && std::env::var_os(FR_FILE_ENV).is_none() {
+                env.insert(FR_FILE_ENV.into(), debug_file("nccl_trace_rank_"));
             }
             if let Some(n) = l.ranks_flag {
                 env.insert("EPDOCTOR_RANKS".into(), Some(n.to_string()));

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use regex::Regex;
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 
 use super::leftovers::LeftoverProcess;
 use super::result::Hung;
@@ -312,13 +314,14 @@ fn main_thread(threads: &[Thread], pid: i32) -> Option<&Thread> {
 /// The `stacks.log` lines of one process: main thread first.
 pub fn stack_lines(st: &ProcStack, threads: &[Thread]) -> Vec<String> {
     let head = format!("{STACK_PREFIX} rank={} pid={} via={}", st.rank.replace(' ', "_"), st.pid, st.tool);
-    let mut v = vec![format!("{head} thread=main: {}", st.waits)];
     let main = main_thread(threads, st.pid);
+    let full = main.map(|t| fold_full(&t.frames)).filter(|s| !s.is_empty()).unwrap_or_else(|| st.waits.clone());
+    let mut v = vec![format!("{head} thread=main: {full}")];
     for t in threads {
         if main.is_some_and(|m| std::ptr::eq(t, m)) {
             continue;
         }
-        let f = fold(&t.frames);
+        let f = fold_full(&t.frames);
         if !f.is_empty() {
             v.push(format!("{head} thread={}: {f}", t.name.replace(' ', "_")));
         }
@@ -442,8 +445,11 @@ pub fn parse_py_spy(text: &str) -> Vec<Thread> {
             Some((f, rest)) => (f.trim(), rest.strip_suffix(')').map(str::to_string)),
             None => (l, None),
         };
+        // `(file.py:12)` is Python; `(linux.cc:195)` is a native frame with line info, `(libx.so)` one without.
         let python = loc.as_deref().is_some_and(|l| {
-            l.rsplit_once(':').is_some_and(|(file, n)| n.bytes().all(|b| b.is_ascii_digit()) && !file.contains(".so"))
+            l.rsplit_once(':').is_some_and(|(file, n)| {
+                n.bytes().all(|b| b.is_ascii_digit()) && (file.ends_with(".py") || file.starts_with('<'))
+            })
         });
         t.frames.push(Frame { func: func.to_string(), loc, python });
     }
@@ -612,6 +618,8 @@ pub fn short_name(func: &str) -> String {
     let s = s.rsplit(' ').next().unwrap_or(s);
     // glibc's internal aliases: `__GI___wait4` is wait4.
     let s = s.strip_prefix("__GI___").or_else(|| s.strip_prefix("__GI_")).unwrap_or(s);
+    // NCCL's profiling aliases: pncclCommFinalize is ncclCommFinalize.
+    let s = s.strip_prefix('p').filter(|r| r.starts_with("nccl")).unwrap_or(s);
     let parts: Vec<&str> = s.split("::").filter(|p| !p.is_empty()).collect();
     if parts.len() > 2 {
         parts[parts.len() - 2..].join("::")
@@ -620,8 +628,44 @@ pub fn short_name(func: &str) -> String {
     }
 }
 
-/// Innermost meaningful frame first, up to and including the caller's own line.
+/// Frames that say where a hang is even in a long chain: NCCL's API and its barriers, the process
+/// group, NVSHMEM's finalize and barriers, DeepEP's buffer, the Python calls that wait.
+static LANDMARK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"^nccl(?:Comm\w+|AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|Send|Recv|Group(?:Start|End))$",
+        r"|^bootstrap\w*Barrier$|^ProcessGroupNCCL::|^nvshmem\w*(?:finalize|barrier)\w*$|^Buffer::",
+        r"|^(?:destroy_process_group|barrier|all_reduce|synchronize|wait)$|Synchronize",
+    ))
+    .unwrap()
+});
+
+/// Innermost meaningful frame first, up to and including the caller's own line; a long chain is
+/// cut to its innermost frame, its landmarks and its outermost frames.
 pub fn fold(frames: &[Frame]) -> String {
+    let (chain, user) = chain(frames);
+    if chain.len() <= MAX_FRAMES {
+        return chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ");
+    }
+    let last = chain.len() - 1;
+    let keep: Vec<usize> = (0..chain.len()).filter(|&i| i == 0 || i == last || LANDMARK.is_match(&chain[i])).collect();
+    let mut out: Vec<String> = Vec::new();
+    for (n, &i) in keep.iter().enumerate() {
+        if n > 0 && i != keep[n - 1] + 1 {
+            out.push("...".into());
+        }
+        out.push(chain[i].clone());
+    }
+    out.extend(user);
+    out.join(" <- ")
+}
+
+/// The whole chain, uncut (for stacks.log, which rules read).
+pub fn fold_full(frames: &[Frame]) -> String {
+    let (chain, user) = chain(frames);
+    chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ")
+}
+
+fn chain(frames: &[Frame]) -> (Vec<String>, Option<String>) {
     let mut chain: Vec<String> = Vec::new();
     let mut user = None;
     for f in frames {
@@ -648,16 +692,10 @@ pub fn fold(frames: &[Frame]) -> String {
     if chain.is_empty() && user.is_none() {
         // Nothing but noise: the innermost named frame (the kernel's wait, a libc call) is all there is.
         if let Some(f) = frames.iter().find(|f| !f.func.is_empty() && f.func != "??" && !f.func.starts_with("0x")) {
-            return short_name(&f.func);
+            chain.push(short_name(&f.func));
         }
-        return String::new();
     }
-    if chain.len() > MAX_FRAMES {
-        chain.truncate(MAX_FRAMES - 1);
-        chain.push("...".into());
-    }
-    chain.extend(user);
-    chain.join(" <- ")
+    (chain, user)
 }
 
 /// Each hung rank gets where it waited. A command's one entry ("the command") becomes one entry per
@@ -671,6 +709,10 @@ pub fn attach(mut hung: Vec<Hung>, stacks: &[ProcStack]) -> Vec<Hung> {
             .into_iter()
             .map(|s| Hung { rank: s.rank.clone(), phase: None, for_s: None, last: None, waits: Some(s.waits.clone()) })
             .collect();
+    }
+    if !stacks.is_empty() {
+        // A rank the markers leave "inside" but that was no longer running (it exited early) did not hang.
+        hung.retain(|h| stacks.iter().any(|s| s.rank == h.rank));
     }
     for h in &mut hung {
         h.waits = stacks.iter().find(|s| s.rank == h.rank).map(|s| s.waits.clone());
@@ -738,7 +780,8 @@ mod tests {
         let mut f: Vec<Frame> = (0..20).map(|i| native(&format!("ncclStep{i}"), "libnccl.so.2")).collect();
         f.push(py("main", "job.py:3"));
         let s = fold(&f);
-        assert!(s.ends_with("ncclStep6 <- ... <- job.py:3"), "{s}");
+        assert_eq!(s, "ncclStep0 <- ... <- ncclStep19 <- job.py:3");
+        assert_eq!(fold_full(&f).matches(" <- ").count(), 20);
     }
 
     #[test]
