@@ -77,13 +77,20 @@ pub struct Entry {
 /// Is this file a Flight Recorder dump? (A pickle that parses and holds `entries` or `pg_status`.)
 pub fn sniff(path: &Path) -> bool {
     use std::io::Read;
+    if !path.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut head = [0u8; 64];
     let Ok(mut f) = std::fs::File::open(path) else { return false };
     let Ok(n) = f.read(&mut head) else { return false };
-    pickle::looks_like(&head[..n]) && {
-        let h = &head[..n];
-        h.windows(7).any(|w| w == b"version") || h.windows(7).any(|w| w == b"entries")
-    }
+    looks_like_dump(&head[..n])
+}
+
+/// A pickle whose first bytes hold one of the dump's keys.
+fn looks_like_dump(bytes: &[u8]) -> bool {
+    let h = &bytes[..bytes.len().min(64)];
+    pickle::looks_like(h)
+        && [&b"version"[..], b"entries", b"pg_config"].iter().any(|k| h.windows(k.len()).any(|w| w == *k))
 }
 
 /// Read one dump.
@@ -326,16 +333,63 @@ pub fn lines(dumps: &[Dump]) -> Vec<String> {
 /// A dump that cannot be read becomes a note, and its bytes are not read as a log.
 pub fn split(inputs: Vec<Input>) -> (Vec<Input>, Vec<Dump>, Vec<String>) {
     let (mut logs, mut dumps, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    use std::io::Read;
+    let head = |mut r: Box<dyn Read + Send>| {
+        let mut h = Vec::new();
+        let _ = (&mut r).take(64).read_to_end(&mut h);
+        h
+    };
     for i in inputs {
-        match &i {
-            Input::File(p) if sniff(p) => match read(p) {
-                Ok(d) => dumps.push(d),
-                Err(e) => notes.push(format!("Flight Recorder dump skipped: {e:#}")),
-            },
-            _ => logs.push(i),
+        let (name, start): (String, Vec<u8>) = match &i {
+            // Only regular files: opening a named pipe here would take the bytes the engine reads.
+            Input::File(p) if p.metadata().is_ok_and(|m| m.is_file()) => {
+                (p.display().to_string(), std::fs::File::open(p).map(|f| head(Box::new(f))).unwrap_or_default())
+            }
+            Input::Bytes { name, bytes } => (name.clone(), bytes[..bytes.len().min(64)].to_vec()),
+            Input::Member(m) => (m.name.clone(), head(m.reader())),
+            _ => (String::new(), Vec::new()),
+        };
+        if !pickle::looks_like(&start) {
+            logs.push(i);
+            continue;
+        }
+        if !looks_like_dump(&start) {
+            notes.push(format!("skipped: {name} (a Python pickle, not a Flight Recorder dump)"));
+            continue;
+        }
+        let got = match &i {
+            Input::File(p) => read(p),
+            Input::Bytes { bytes, .. } => from_bytes(bytes, Path::new(&name)),
+            Input::Member(m) => {
+                let mut all = Vec::new();
+                m.reader()
+                    .take(MAX_DUMP)
+                    .read_to_end(&mut all)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|_| from_bytes(&all, Path::new(&name)))
+            }
+            _ => continue,
+        };
+        match got {
+            Ok(d) => dumps.push(d),
+            Err(e) => notes.push(format!("Flight Recorder dump skipped: {e:#}")),
         }
     }
     (logs, dumps, notes)
+}
+
+/// The inputs `explain` (and a repro cell) gives the engine: the logs, and the dumps' lines as one
+/// more input. Also the notes, and whether any dump was read. Only unreadable dumps: an error.
+pub fn prepare(x: crate::log::Expanded) -> anyhow::Result<(Vec<Input>, Vec<String>, bool)> {
+    let (mut logs, dumps, fr_notes) = split(x.inputs);
+    if logs.is_empty() && dumps.is_empty() && !fr_notes.is_empty() {
+        anyhow::bail!("nothing to read: {}", fr_notes.join("; "));
+    }
+    let had = !dumps.is_empty();
+    logs.extend(input(&dumps));
+    let mut notes = x.notes;
+    notes.extend(fr_notes);
+    Ok((logs, notes, had))
 }
 
 /// The engine input holding the dumps' lines.

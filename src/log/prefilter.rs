@@ -25,7 +25,8 @@
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use super::record::{positional_warn, strip_rank_prefix, WARN_LITERALS};
+use super::prefix::strip_prefixes;
+use super::record::{positional_warn, ERROR_LIKE_LITERALS, WARN_LITERALS};
 
 /// Shortest literal worth looking for: a pattern with only shorter ones (`x\d+`) is run on every
 /// line instead, which costs less than taking every line that holds an `x` to the full matcher.
@@ -62,16 +63,22 @@ struct LitInfo {
     level: bool,
 }
 
+/// Literals whose presence alone makes a line matter: warning and error levels, the words of
+/// `looks_like_error` (fail safe), and the openers of multi-line records.
+fn level_literals() -> impl Iterator<Item = &'static str> {
+    WARN_LITERALS.iter().chain(ERROR_LIKE_LITERALS).chain(crate::log::records::OPENERS).copied()
+}
+
 impl Prefilter {
     /// The prefilter for the engine's patterns (rules, phase markers, its own version lines).
     pub fn new(patterns: &[String]) -> Prefilter {
         let mut b = Builder::default();
-        for w in WARN_LITERALS {
+        for w in level_literals() {
             let id = b.lit(&(w.as_bytes().to_vec(), false));
             b.lits[id as usize].level = true;
         }
         let mut residual = Vec::new();
-        let mut first: Vec<Lit> = WARN_LITERALS.iter().map(|w| (w.as_bytes().to_vec(), false)).collect();
+        let mut first: Vec<Lit> = level_literals().map(|w| (w.as_bytes().to_vec(), false)).collect();
         for p in patterns {
             match required_factors(p) {
                 Some(fs) => {
@@ -114,7 +121,7 @@ impl Prefilter {
     /// `line` must be ASCII (a cleaned line, rank prefix not yet stripped).
     pub fn may_matter(&self, line: &str) -> bool {
         let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return true };
-        let (_, rest) = strip_rank_prefix(line);
+        let rest = strip_prefixes(line).rest;
         if positional_warn(rest) {
             return true;
         }

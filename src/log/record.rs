@@ -8,6 +8,9 @@ pub enum Level {
     None,
     Trace,
     Info,
+    /// NCCL 2.32's `ATTN`, between INFO and WARN (teardown chatter such as `Accept failed`
+    /// moved there). Reported when no rule explains it, like a warning.
+    Attn,
     Warn,
     Error,
 }
@@ -20,6 +23,8 @@ pub enum Kind {
     Python,
     Harness,
     Worker,
+    /// A launcher's own line (torchrun's elastic agent), not a rank's.
+    Launcher,
     Other,
 }
 
@@ -40,64 +45,13 @@ pub struct Record<'a> {
     pub msg: &'a str,
 }
 
-/// Strip launcher prefixes that carry a rank: `[rank3]:`, `[default3]:` (torchrun --tee),
-/// `[1,3]<stdout>:` (mpirun --tag-output). Returns the rank and the rest.
-pub fn strip_rank_prefix(line: &str) -> (Option<u32>, &str) {
-    let mut rank = None;
-    let mut rest = line;
-    // Prefixes can stack, e.g. `[default0]:[rank0]:[W...]`.
-    for _ in 0..3 {
-        let Some(after) = rest.strip_prefix('[') else { break };
-        let Some(close) = after.find("]:") else { break };
-        let inner = &after[..close];
-        let num = if let Some(n) = inner.strip_prefix("rank") {
-            n.parse().ok()
-        } else if let Some(n) = inner.strip_prefix("default") {
-            n.parse().ok()
-        } else if let Some((_, r)) = inner.split_once(',') {
-            r.parse().ok()
-        } else {
-            None
-        };
-        match num {
-            Some(n) => {
-                // The innermost explicit [rankN] wins over a torchrun local index.
-                if inner.starts_with("rank") || rank.is_none() {
-                    rank = Some(n);
-                }
-                rest = &after[close + 2..];
-            }
-            None => {
-                // mpirun: `[1,3]<stdout>:`
-                if let (Some((_, r)), true) = (inner.split_once(','), after[close..].starts_with("]<")) {
-                    if let Ok(n) = r.parse() {
-                        rank = Some(n);
-                    }
-                }
-                break;
-            }
-        }
-    }
-    if let Some(after) = rest.strip_prefix('[') {
-        // `[1,3]<stdout>:` form
-        if let Some(close) = after.find("]<") {
-            if let Some((_, r)) = after[..close].split_once(',') {
-                if let (Ok(n), Some(colon)) = (r.parse::<u32>(), after[close..].find(">:")) {
-                    rank = Some(n);
-                    rest = &after[close + colon + 2..];
-                }
-            }
-        }
-    }
-    (rank, rest)
-}
-
 /// Substrings of which every line that `level_of` rates `Warn` or `Error` holds at least one,
 /// unless `positional_warn` holds for it. `explain` skips the lines that hold none of these and no
 /// rule literal without looking at them further, so a new case in `level_of` needs its literal
 /// here (the tests `warn_literals_cover_level_of*` check it).
 pub const WARN_LITERALS: &[&str] = &[
     " NCCL WARN",
+    " NCCL ATTN",
     "[epdoctor-harness] ",
     "Error",
     "Exception",
@@ -143,6 +97,9 @@ pub fn level_of(line: &str) -> Level {
         }
         if tail.starts_with(b"INFO") {
             return Level::Info;
+        }
+        if tail.starts_with(b"ATTN") {
+            return Level::Attn;
         }
         if tail.starts_with(b"TRACE") || tail.starts_with(b"CALL") {
             return Level::Trace;
@@ -209,7 +166,7 @@ fn harness_level(line: &str) -> Level {
 }
 
 /// `SomeError: ...`, `torch.distributed.DistBackendError: ...`, `KeyboardInterrupt` at line start.
-fn is_exception_line(t: &str) -> bool {
+pub(crate) fn is_exception_line(t: &str) -> bool {
     let name_end = t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(t.len());
     if name_end == 0 {
         return false;
@@ -223,6 +180,131 @@ fn is_exception_line(t: &str) -> bool {
     }
     let rest = &t[name_end..];
     rest.is_empty() || rest.starts_with(':')
+}
+
+/// Literals of which every line `looks_like_error` accepts holds one (for the prefilter).
+pub const ERROR_LIKE_LITERALS: &[&str] = &[
+    "rror",
+    "RROR",
+    "ail",
+    "AIL",
+    "atal",
+    "ATAL",
+    "bort",
+    "BORT",
+    "ignal",
+    "IGNAL",
+    "egmentation",
+    "illed",
+    "xit",
+    "erminat",
+    "Traceback",
+    "core dumped",
+    "Exception",
+];
+
+/// Whether an unlevelled line reads like a failure (error, failed, fatal, abort, a signal, a
+/// segmentation fault, killed, a non-zero exit, a traceback, terminate). Words inside identifiers
+/// and metric names (`error_rate`, `mean_abs_error`) and zero counts (`0 errors`) do not count.
+pub fn looks_like_error(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    // The frames of a C++ exception's message, which follow the line that named it.
+    let t = line.trim_start();
+    if t.starts_with("Exception raised from") || t.starts_with("frame #") {
+        return false;
+    }
+    let words = [
+        "error",
+        "errors",
+        "failed",
+        "failure",
+        "fatal",
+        "aborted",
+        "aborting",
+        "segmentation",
+        "killed",
+        "terminated",
+        "traceback",
+        "sigsegv",
+        "sigabrt",
+        "sigbus",
+        "sigkill",
+        "exception",
+    ];
+    let b = l.as_bytes();
+    let mut hit = false;
+    for w in words {
+        let mut from = 0;
+        while let Some(i) = l[from..].find(w) {
+            let s = from + i;
+            let e = s + w.len();
+            from = e;
+            let before = s.checked_sub(1).map(|j| b[j]);
+            let after = b.get(e).copied();
+            let ident = |c: Option<u8>| {
+                c.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.' || c == b'/')
+            };
+            // Part of a name (`error_rate`), or a setting's value (`mode=abort`).
+            if ident(before) || ident(after) || before == Some(b'=') {
+                continue;
+            }
+            // "0 errors", "no error", "errors: 0", "without error".
+            let head = l[..s].trim_end();
+            let tail = l[e..].trim_start_matches([':', '=', ' ']);
+            if head.ends_with(" 0")
+                || head == "0"
+                || head.ends_with("no")
+                || head.ends_with("without")
+                || head.ends_with("if")
+                || tail.starts_with('0') && !tail[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.' || c == 'x')
+            {
+                continue;
+            }
+            hit = true;
+            break;
+        }
+        if hit {
+            return true;
+        }
+    }
+    // "exit code 3", "exit status 1", "exited with code 137", "non-zero exit".
+    if let Some(i) = l.find("exit") {
+        let rest = &l[i..];
+        if rest.contains("non-zero") || l.contains("non-zero exit") || l.contains("nonzero exit") {
+            return true;
+        }
+        let num = rest.trim_start_matches(|c: char| c.is_ascii_alphabetic() || c == ' ' || c == ':' || c == '=');
+        if num.starts_with(|c: char| c.is_ascii_digit() && c != '0') || num.starts_with("-") {
+            return rest.starts_with("exit code")
+                || rest.starts_with("exit status")
+                || rest.starts_with("exited with")
+                || rest.starts_with("exitcode");
+        }
+    }
+    false
+}
+
+/// A Python warning (`/path/mod.py:12: FutureWarning: ...`) from a module outside
+/// torch.distributed, NCCL, NVSHMEM and DeepEP: counted apart, never `unknown`.
+pub fn is_unrelated_warning(line: &str) -> bool {
+    let Some(i) = line.find(".py:") else { return false };
+    let path = &line[..i];
+    let rest = &line[i + 4..];
+    let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if n == 0 {
+        return false;
+    }
+    let rest = &rest[n..];
+    let Some(rest) = rest.strip_prefix(": ") else { return false };
+    let cat_end = rest.find(": ").unwrap_or(0);
+    let cat = &rest[..cat_end];
+    if !(cat.ends_with("Warning") && cat.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')) {
+        return false;
+    }
+    let related =
+        ["torch/distributed", "torch\\distributed", "deep_ep", "deepep", "nvshmem", "nccl", "torch/cuda/nccl"];
+    let p = path.to_ascii_lowercase();
+    !related.iter().any(|r| p.contains(r))
 }
 
 /// c10 / glog severity: `[W1129 13:54:38.758 file:line]`, `[W file:line]`, `W1129 13:54:38.758 123 file:line]`.
@@ -253,6 +335,23 @@ fn find(h: &[u8], n: &[u8]) -> Option<usize> {
 
 /// The full parse of a line (rank prefix already stripped by the caller and passed in `rank`).
 pub fn parse<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
+    let mut r = parse_any(line, rank);
+    if is_launcher_line(line) {
+        r.kind = Kind::Launcher;
+    }
+    r
+}
+
+/// torchrun's elastic agent writes from `torch/distributed/elastic/` and `run.py`; its lines are
+/// the launcher's, whatever rank's file holds them.
+fn is_launcher_line(line: &str) -> bool {
+    line.contains("torch/distributed/elastic/")
+        || line.contains("torch.distributed.elastic")
+        || line.contains("torch/distributed/run.py")
+        || line.contains("torch/distributed/launch.py")
+}
+
+fn parse_any<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
     let level = level_of(line);
     if let Some(r) = parse_nccl(line, level, rank) {
         return r;
@@ -312,7 +411,7 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
     let idx = line.find(" NCCL ")?;
     let after = &line[idx + 6..];
     let (lvl_word, msg) = after.split_once(' ').unwrap_or((after, ""));
-    if !matches!(lvl_word, "WARN" | "INFO" | "TRACE" | "CALL" | "ABORT") {
+    if !matches!(lvl_word, "WARN" | "ATTN" | "INFO" | "TRACE" | "CALL" | "ABORT") {
         return None;
     }
     let mut head = &line[..idx];
@@ -395,11 +494,21 @@ fn hms(s: &str) -> Option<f64> {
 /// `2026-11-29 14:09:06` (NCCL's default format; fractional seconds allowed).
 fn parse_nccl_ts(s: &str) -> Option<f64> {
     let (date, time) = s.split_once(' ')?;
+    date_time_secs(date, time)
+}
+
+/// `YYYY-MM-DD` and `HH:MM:SS[.frac]` as seconds since the start of the year.
+pub(crate) fn date_time_secs(date: &str, time: &str) -> Option<f64> {
     let mut d = date.splitn(3, '-');
     let _year: i64 = d.next()?.parse().ok()?;
     let m: u32 = d.next()?.parse().ok()?;
     let dd: u32 = d.next()?.parse().ok()?;
-    Some(day_of_year(m, dd) as f64 * 86400.0 + hms(time)?)
+    month_day_secs(m, dd, time)
+}
+
+/// Month, day and `HH:MM:SS[.frac]` as seconds since the start of the year.
+pub(crate) fn month_day_secs(m: u32, d: u32, time: &str) -> Option<f64> {
+    Some(day_of_year(m, d) as f64 * 86400.0 + hms(time)?)
 }
 
 /// Day of a non-leap year: every source's clock is mapped onto the same calendar, since c10 logs
@@ -453,9 +562,10 @@ mod tests {
 
     #[test]
     fn c10_with_rank_prefix() {
-        let (rank, rest) = strip_rank_prefix(
+        let p = crate::log::strip_prefixes(
             "[rank3]:[W310 15:54:45.576772833 ProcessGroupNCCL.cpp:1802] [PG ID 0 PG GUID 0 Rank 3] Failed to check",
         );
+        let (rank, rest) = (p.rank, p.rest);
         assert_eq!(rank, Some(3));
         let r = parse(rest, rank);
         assert_eq!(r.kind, Kind::Torch);
@@ -492,14 +602,6 @@ mod tests {
         assert_eq!(level_of("[epdoctor-harness] rank=1 exit=0"), Level::Info);
         assert_eq!(level_of("[epdoctor-harness] rank=1 signal=9 (SIGKILL)"), Level::Error);
         assert_eq!(level_of("/x/y.py:3: UserWarning: careful"), Level::Warn);
-    }
-
-    #[test]
-    fn mpirun_and_torchrun_prefixes() {
-        assert_eq!(strip_rank_prefix("[1,5]<stdout>:hello"), (Some(5), "hello"));
-        assert_eq!(strip_rank_prefix("[default2]:[rank6]:[W x.cpp:1] m").0, Some(6));
-        assert_eq!(strip_rank_prefix("[default2]:text"), (Some(2), "text"));
-        assert_eq!(strip_rank_prefix("[not a prefix] x"), (None, "[not a prefix] x"));
     }
 
     #[test]

@@ -701,39 +701,27 @@ fn chain(frames: &[Frame]) -> (Vec<String>, Option<String>) {
 /// Each hung rank gets where it waited. A command's one entry ("the command") becomes one entry per
 /// rank found among its processes (RANK in their environment), or per process when none has one.
 pub fn attach(mut hung: Vec<Hung>, stacks: &[ProcStack]) -> Vec<Hung> {
+    let named = |s: &&ProcStack| s.rank != "cmd" && !s.rank.starts_with("pid ");
     if hung.len() == 1 && hung[0].rank == "cmd" && !stacks.is_empty() {
-        let ranked: Vec<&ProcStack> =
-            stacks.iter().filter(|s| s.rank != "cmd" && !s.rank.starts_with("pid ")).collect();
+        let ranked: Vec<&ProcStack> = stacks.iter().filter(named).collect();
         let shown: Vec<&ProcStack> = if ranked.is_empty() { stacks.iter().collect() } else { ranked };
         return shown
             .into_iter()
             .map(|s| Hung { rank: s.rank.clone(), phase: None, for_s: None, last: None, waits: Some(s.waits.clone()) })
             .collect();
     }
-    if !stacks.is_empty() {
-        // A rank the markers leave "inside" but that was no longer running (it exited early) did not hang.
-        hung.retain(|h| stacks.iter().any(|s| s.rank == h.rank));
+    // A rank the markers leave "inside" but that was no longer running (it exited early) did not hang;
+    // known only when the stacks name ranks.
+    if stacks.iter().any(|s| named(&s)) {
+        let alive: Vec<Hung> = hung.iter().filter(|h| stacks.iter().any(|s| s.rank == h.rank)).cloned().collect();
+        if !alive.is_empty() {
+            hung = alive;
+        }
     }
     for h in &mut hung {
         h.waits = stacks.iter().find(|s| s.rank == h.rank).map(|s| s.waits.clone());
     }
     hung
-}
-
-/// Report lines of a cell's stacks (Markdown list items).
-pub fn markdown_lines(stacks: &[ProcStack]) -> Vec<String> {
-    if stacks.is_empty() {
-        return Vec::new();
-    }
-    let mut v = vec![format!("- stacks at the deadline (raw in `{STACKS_DIR}/`):")];
-    for s in stacks {
-        let who = if s.rank.starts_with("pid ") { s.rank.clone() } else { format!("rank {} (pid {})", s.rank, s.pid) };
-        v.push(format!("  - {who}, via {}: `{}`", s.tool, s.waits.replace('`', "'")));
-        for o in &s.others {
-            v.push(format!("    - thread {}", o.replace('`', "'")));
-        }
-    }
-    v
 }
 
 #[cfg(test)]

@@ -16,11 +16,13 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use anyhow::Result;
 use regex::{Regex, RegexSet};
 
-use super::schema::{self, Fingerprint, Marker, Phase, Rule};
+use super::schema::{self, Fingerprint, Marker, Outcome, OutcomeMarker, Phase, Rule};
 use super::version::Version;
+use crate::log::records::{Assembler, Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
 use crate::model::{
-    Analysis, Evidence, Finding, InputSummary, Severity, Template, Unexplained, Verdict, VersionNote, SCHEMA_VERSION,
+    Analysis, Evidence, Finding, InputSummary, OutcomeReport, RunOutcome, Severity, Template, Unexplained, Unrelated,
+    Verdict, VersionNote, SCHEMA_VERSION,
 };
 
 /// Hits kept per group (the rest are counted).
@@ -41,6 +43,9 @@ const READ_AHEAD: usize = 4;
 const BIG_INPUT: u64 = 1 << 20;
 /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
 const UNEXPLAINED_KEEP: usize = 200;
+/// Unrelated Python warnings kept as examples, and outcome marker lines kept per input.
+const UNRELATED_KEEP: usize = 20;
+const OUTCOME_KEEP: usize = 64;
 const TEMPLATE_CAP: usize = 5000;
 const WHO_CAP: usize = 4096;
 
@@ -64,12 +69,14 @@ enum Internal {
 enum Slot {
     Rule(usize),
     Marker(usize),
+    Outcome(usize),
     Internal(Internal),
 }
 
 pub struct Engine {
     pub rules: Vec<Rule>,
     markers: Vec<(Marker, Regex)>,
+    outcome_markers: Vec<OutcomeMarker>,
     fingerprints: Vec<Fingerprint>,
     /// Line number -> files of the fingerprint sites with that line (see `known_site`).
     known_sites: HashMap<u32, Vec<String>>,
@@ -93,6 +100,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
+        let outcome_markers = schema::load_outcome_markers()?;
         let fingerprints = schema::load_fingerprints()?;
         let mut known_sites: HashMap<u32, Vec<String>> = HashMap::new();
         for (f, l) in fingerprints.iter().flat_map(|fp| &fp.sites).filter_map(|s| s.rsplit_once(':')) {
@@ -118,6 +126,10 @@ impl Engine {
         for (i, (m, _)) in markers.iter().enumerate() {
             pats.push(schema::ascii_word_boundaries(&m.pattern));
             slots.push(Slot::Marker(i));
+        }
+        for (i, m) in outcome_markers.iter().enumerate() {
+            pats.push(schema::ascii_word_boundaries(&m.pattern));
+            slots.push(Slot::Outcome(i));
         }
         for (re, k) in [
             (&nccl_version_re, Internal::NcclVersion),
@@ -153,6 +165,7 @@ impl Engine {
         Ok(Engine {
             rules,
             markers,
+            outcome_markers,
             fingerprints,
             known_sites,
             ascii_set,
@@ -216,7 +229,7 @@ impl Engine {
         for (si, input) in inputs.iter().enumerate() {
             let mut reader = log::open(input, budget)?;
             let name = input.name();
-            let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+            let mut src = SourceState::new(si);
             loop {
                 let line = match reader.next_line() {
                     Ok(Some(l)) => log::clean_line(l),
@@ -229,6 +242,7 @@ impl Engine {
                 src.lines += 1;
                 self.line(&mut st, &mut src, &line);
             }
+            self.end_records(&mut st, &mut src);
             st.end_source(src, name, &reader, &mut budget);
         }
         Ok(self.finish(st, opts))
@@ -293,7 +307,7 @@ impl Engine {
     fn scan(&self, st: &mut State, si: usize, input: &Input, budget: &mut Option<u64>, big: bool) -> Result<()> {
         let mut reader = log::open(input, *budget)?;
         let name = input.name();
-        let mut src = SourceState { idx: si, phase: None, ranks: BTreeSet::new(), lines: 0 };
+        let mut src = SourceState::new(si);
         loop {
             let big = big || reader.bytes_read >= self.big_input;
             let raw = match reader.next_line() {
@@ -310,37 +324,131 @@ impl Engine {
             if log::is_clean(raw) {
                 // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
                 let line = unsafe { std::str::from_utf8_unchecked(raw) };
-                if !line.is_empty() && (!big || self.prefilter().may_matter(line)) {
+                // An open record (a traceback) takes every line until it closes.
+                if !line.is_empty() && (!big || src.records.is_open() || self.prefilter().may_matter(line)) {
                     self.line(st, &mut src, line);
                 }
             } else {
                 let line = log::clean_line(raw);
-                if !big || !line.is_ascii() || self.prefilter().may_matter(&line) {
+                if !big || !line.is_ascii() || src.records.is_open() || self.prefilter().may_matter(&line) {
                     self.line(st, &mut src, &line);
                 }
             }
         }
+        self.end_records(st, &mut src);
         st.end_source(src, name, &reader, budget);
         Ok(())
     }
 
+    /// One physical line: prefixes stripped, joined into records, every record matched.
     fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
         if raw.is_empty() {
             return;
         }
-        let (prefix_rank, line) = log::strip_rank_prefix(raw);
-        let matches = self.matches(line);
-        let level = log::level_of(line);
-        if matches.is_empty() && level < Level::Warn {
+        let p = log::strip_prefixes(raw);
+        self.split_version(st, src, p.rest);
+        let fed = src.records.feed(src.lines, raw, &p);
+        for rec in src.records.take_done() {
+            self.record(st, src, rec);
+        }
+        if fed == Fed::Alone {
+            let l = LineRef {
+                line: src.lines,
+                raw,
+                msg: p.rest,
+                rank: p.any_rank(),
+                host: p.host,
+                pid: p.pid,
+                ts: p.ts,
+                flags: Flags::default(),
+                symptom: false,
+                detail: None,
+            };
+            self.matched_line(st, src, &l, None);
+        }
+    }
+
+    /// Close the records still open at the end of a source.
+    fn end_records(&self, st: &mut State, src: &mut SourceState) {
+        src.records.finish();
+        for rec in src.records.take_done() {
+            self.record(st, src, rec);
+        }
+    }
+
+    /// A record of several lines. When NCCL's `Last error:` payload is explained by a rule, the
+    /// error lines it restates are symptoms of it (the payload names the failing call).
+    fn record(&self, st: &mut State, src: &mut SourceState, parts: Vec<Part>) {
+        let payload_text = |m: &str| format!(" NCCL WARN {m}");
+        let restated = parts.iter().any(|p| {
+            p.role == Role::Payload
+                && self.matches(&payload_text(&p.msg)).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
+        });
+        // `terminate called after throwing ...` says only that something was thrown; when a rule
+        // reads its `what():` line, that reading is the record's.
+        let what_explained = parts.iter().any(|p| {
+            p.msg.starts_with("what():")
+                && self.matches(&p.msg).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
+        });
+        for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.role != Role::Context) {
+            if i == 0 && what_explained && part.msg.starts_with("terminate called") {
+                continue;
+            }
+            let payload = part.role == Role::Payload;
+            let warn_text = payload.then(|| payload_text(&part.msg));
+            let l = LineRef {
+                line: part.line,
+                raw: &part.raw,
+                msg: &part.msg,
+                rank: part.origin.rank.or(part.origin.local_rank),
+                host: part.origin.host.as_deref(),
+                pid: part.origin.pid,
+                ts: part.origin.ts,
+                flags: part.flags.clone(),
+                symptom: part.flags.chained || (restated && !payload),
+                detail: part.detail.as_deref(),
+            };
+            self.matched_line(st, src, &l, warn_text.as_deref());
+        }
+    }
+
+    /// Joins an `NCCL version` line that a paste wrapped in the middle (`NCCL vers` / `ion 2.21.5`).
+    fn split_version(&self, st: &mut State, src: &mut SourceState, msg: &str) {
+        if let Some(tail) = src.version_tail.take() {
+            let joined = format!("{tail}{msg}");
+            if let Some(c) = self.nccl_version_re.captures(&joined) {
+                add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
+            }
+        }
+        src.version_tail = version_tail(msg).map(str::to_string);
+    }
+
+    /// Match one line (or a record's part) and file what it says. `warn_text`: the part is a
+    /// `Last error:` payload, matched also in this WARN form.
+    fn matched_line(&self, st: &mut State, src: &mut SourceState, l: &LineRef<'_>, warn_text: Option<&str>) {
+        let line = l.msg;
+        let mut matches = self.matches(line);
+        if let Some(w) = warn_text {
+            matches.extend(self.matches(w));
+            matches.sort_unstable();
+            matches.dedup();
+        }
+        let level = if warn_text.is_some() { Level::Warn } else { log::level_of(line) };
+        // Fail safe: an unlevelled line that reads like a failure, or a record cut before its
+        // exception, is listed if no rule explains it.
+        let error_like =
+            l.flags.incomplete || (level == Level::None && !l.flags.continuation && log::looks_like_error(line));
+        if matches.is_empty() && level < Level::Attn && !error_like {
             return;
         }
-        let rec = log::parse(line, prefix_rank);
+        let rec = log::parse(warn_text.unwrap_or(line), l.rank);
         if let Some(r) = rec.rank {
             if src.ranks.len() < 64 {
                 src.ranks.insert(r);
             }
         }
         let mut cands: Vec<usize> = Vec::new();
+        let mut outcome = None;
         for m in matches {
             match self.slots[m] {
                 Slot::Rule(r) => {
@@ -355,6 +463,7 @@ impl Engine {
                         src.phase = Some(p);
                     }
                 }
+                Slot::Outcome(i) => outcome = Some(self.outcome_markers[i].outcome),
                 Slot::Internal(Internal::NcclVersion) => {
                     if let Some(c) = self.nccl_version_re.captures(line) {
                         add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
@@ -389,27 +498,38 @@ impl Engine {
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
         // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
         if level == Level::Warn && rec.kind == log::Kind::Nccl {
-            if let Some((f, l)) = rec.site {
-                if self.known_site(f, l) && st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), l)) {
-                    st.sites_seq.push((f.to_string(), l));
+            if let Some((f, ln)) = rec.site {
+                if self.known_site(f, ln) && st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), ln)) {
+                    st.sites_seq.push((f.to_string(), ln));
                 }
             }
         }
         st.order += 1;
         let hit = Hit {
             source: src.idx,
-            line: src.lines,
+            line: l.line,
             order: st.order,
             rank: rec.rank,
-            host: rec.host.map(str::to_string),
-            pid: rec.pid,
-            ts: rec.ts,
-            text: clip(raw),
-            warn: level >= Level::Warn,
+            host: rec.host.or(l.host).map(str::to_string),
+            pid: rec.pid.or(l.pid),
+            ts: rec.ts.or(l.ts),
+            text: clip(l.raw),
+            warn: level >= Level::Attn || error_like,
+            symptom: l.symptom,
+            ignored: l.flags.ignored,
+            launcher: rec.kind == log::Kind::Launcher,
+            detail: l.detail.map(clip),
         };
+        if let Some(o) = outcome {
+            st.add_outcome(o, &hit);
+        }
         if cands.is_empty() {
-            if level >= Level::Warn {
-                st.add_unexplained(hit);
+            if hit.warn && outcome.is_none() {
+                if log::is_unrelated_warning(line) {
+                    st.add_unrelated(hit);
+                } else {
+                    st.add_unexplained(hit);
+                }
             }
             return;
         }
@@ -431,9 +551,82 @@ impl Engine {
         }
     }
 
+    /// Arbitration: versions, ranks, gating, findings, outcome, primary, demotion, verdict.
     fn finish(&self, mut st: State, opts: &Options) -> Analysis {
-        // Versions.
-        let mut versions = Vec::new();
+        let vs = self.versions(&mut st, opts);
+        let ranks = Ranks::new(&mut st);
+        let allowed: Vec<bool> = self.rules.iter().map(|r| vs.allows(r)).collect();
+        let grouped = self.group(&mut st, &allowed, opts);
+        let mut findings = self.findings(grouped.accs, &st, &ranks, opts);
+        let outcome = self.outcome(&st, &findings, &ranks);
+        self.apply_outcome(&mut findings, outcome.status);
+        self.precursors(&mut findings);
+        self.version_readings(&mut findings, &vs);
+        let primary_idx = primary(&findings, &st);
+        self.demote(&mut findings, primary_idx, outcome.status);
+
+        let mut unexplained_hits = grouped.unexplained;
+        unexplained_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let total_unexplained = unexplained_hits.len() as u64 + grouped.extra_unexplained;
+        let templates = opts.templates.then(|| {
+            let mut v: Vec<Template> = std::mem::take(&mut st.templates)
+                .into_iter()
+                .map(|(t, (count, h))| Template { template: t, count, example: st.unexplained_of(h) })
+                .collect();
+            v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.template.cmp(&b.template)));
+            v
+        });
+        let unexplained: Vec<Unexplained> =
+            unexplained_hits.into_iter().take(UNEXPLAINED_KEEP).map(|h| st.unexplained_of(h)).collect();
+        if total_unexplained > unexplained.len() as u64 {
+            st.notes.push(format!(
+                "{} unexplained warning/error lines in all; the first {} are listed",
+                total_unexplained,
+                unexplained.len()
+            ));
+        }
+        let mut unrelated_hits = std::mem::take(&mut st.unrelated);
+        unrelated_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let unrelated = Unrelated {
+            count: unrelated_hits.len() as u64 + st.unrelated_dropped,
+            examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
+        };
+
+        let any_actionable = findings.iter().any(|c| c.actionable());
+        let verdict = if any_actionable {
+            Verdict::Actionable
+        } else if total_unexplained > 0 {
+            Verdict::Unknown
+        } else if !findings.is_empty() {
+            Verdict::Benign
+        } else {
+            Verdict::Clean
+        };
+        let primary = primary_idx.map(|i| findings[i].finding.clone());
+        for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
+            s.ranks = ranks.iter().copied().collect();
+        }
+        Analysis {
+            schema_version: SCHEMA_VERSION,
+            tool_version: crate::VERSION.to_string(),
+            verdict,
+            nccl_version: vs.nccl_out,
+            torch_version: vs.torch.map(|v| v.to_string()),
+            primary,
+            findings: findings.into_iter().map(|c| c.finding).collect(),
+            unexplained,
+            versions: vs.notes,
+            inputs: std::mem::take(&mut st.inputs),
+            unexplained_templates: templates,
+            notes: std::mem::take(&mut st.notes),
+            outcome,
+            unrelated,
+        }
+    }
+
+    /// The NCCL and torch versions: assumed by the caller, stated by the log, or inferred.
+    fn versions(&self, st: &mut State, opts: &Options) -> Versions {
+        let mut notes = Vec::new();
         // With several, the lowest: the choice must not depend on the order of the rank files.
         let stated_nccl = st.nccl_versions.first().cloned();
         if st.nccl_versions.len() > 1 {
@@ -442,83 +635,43 @@ impl Engine {
                 st.nccl_versions.join(", ")
             ));
         }
-        let mut nccl_v: Option<Version> = None;
-        let mut nccl_out: Option<String> = None;
+        let note = |value: String, how: &str, detail: String| VersionNote {
+            component: "nccl".into(),
+            value,
+            how: how.into(),
+            detail,
+        };
+        let (mut nccl, mut nccl_out) = (None, None);
         if let Some(v) = opts.assume_nccl {
-            nccl_v = Some(v);
-            nccl_out = Some(v.to_string());
-            versions.push(VersionNote {
-                component: "nccl".into(),
-                value: v.to_string(),
-                how: "assumed".into(),
-                detail: "given by the caller".into(),
-            });
+            (nccl, nccl_out) = (Some(v), Some(v.to_string()));
+            notes.push(note(v.to_string(), "assumed", "given by the caller".into()));
         } else if let Some(s) = &stated_nccl {
-            nccl_v = Version::parse(s);
-            nccl_out = nccl_v.map(|v| v.to_string());
-            versions.push(VersionNote {
-                component: "nccl".into(),
-                value: s.clone(),
-                how: "stated".into(),
-                detail: "NCCL version line".into(),
-            });
+            nccl = Version::parse(s);
+            nccl_out = nccl.map(|v| v.to_string());
+            notes.push(note(s.clone(), "stated", "NCCL version line".into()));
         } else if let Some((min, max, sites)) = self.infer_nccl(&st.sites) {
-            nccl_v = Some(min);
+            nccl = Some(min);
             let value = if min == max { min.to_string() } else { format!("{min}-{max}") };
             if min == max {
                 nccl_out = Some(min.to_string());
             }
-            versions.push(VersionNote {
-                component: "nccl".into(),
-                value,
-                how: "inferred".into(),
-                detail: format!("from the file:line of WARN sites {}", sites.join(", ")),
-            });
+            notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
         }
-        let torch_v = st.torch_version.as_deref().and_then(Version::parse);
+        let torch = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
-            versions.push(VersionNote {
+            notes.push(VersionNote {
                 component: "torch".into(),
                 value: t.clone(),
                 how: "stated".into(),
                 detail: "a torch version in the log".into(),
             });
         }
+        Versions { nccl, nccl_out, torch, notes }
+    }
 
-        // Rank resolution: explicit rank, else (host, pid) from NCCL init lines, else the source's
-        // single rank.
-        let rank_map = std::mem::take(&mut st.rank_map);
-        let source_ranks = st.source_ranks.clone();
-        let pid_only: HashMap<u32, u32> = {
-            let mut m: HashMap<u32, Option<u32>> = HashMap::new();
-            for ((_, pid), (rank, _)) in &rank_map {
-                let e = m.entry(*pid).or_insert(Some(*rank));
-                if *e != Some(*rank) {
-                    *e = None;
-                }
-            }
-            m.into_iter().filter_map(|(p, r)| r.map(|r| (p, r))).collect()
-        };
-        let resolve = |h: &Hit| -> Option<u32> {
-            h.rank
-                .or_else(|| h.pid.and_then(|p| rank_map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
-                .or_else(|| h.pid.and_then(|p| pid_only.get(&p).copied()))
-                .or_else(|| {
-                    let rs = &source_ranks[h.source];
-                    (rs.len() == 1).then(|| *rs.iter().next().unwrap())
-                })
-        };
-
-        // Version gates first, then requires/excludes against the rules that can fire.
-        let version_ok = |r: &Rule| -> bool {
-            let gate = |range: &Option<super::version::Range>, v: Option<Version>| match (range, v) {
-                (None, _) => true,
-                (Some(rg), Some(v)) => rg.contains(v),
-                (Some(_), None) => r.def.if_version_unknown,
-            };
-            gate(&r.nccl, nccl_v) && gate(&r.torch, torch_v)
-        };
-        let allowed: Vec<bool> = self.rules.iter().map(version_ok).collect();
+    /// Every group's hits filed under the rule that wins it (version gates first, then
+    /// requires/excludes against the rules that can fire); the rest are unexplained.
+    fn group(&self, st: &mut State, allowed: &[bool], opts: &Options) -> Grouped {
         let winner = |cands: &[usize], fired: Option<&BTreeSet<usize>>| -> Option<usize> {
             cands.iter().copied().find(|&r| {
                 allowed[r]
@@ -530,37 +683,19 @@ impl Engine {
             })
         };
         let fired0: BTreeSet<usize> = st.groups.keys().filter_map(|c| winner(c, None)).collect();
-
-        #[derive(Default)]
-        struct Acc {
-            count: u64,
-            hits: Vec<Hit>,
-            ranks: BTreeSet<u32>,
-        }
         let mut accs: HashMap<usize, Acc> = HashMap::new();
-        let mut unexplained_hits = std::mem::take(&mut st.unexplained);
+        let mut unexplained = std::mem::take(&mut st.unexplained);
         let mut extra_unexplained = st.unexplained_dropped;
         for (cands, g) in std::mem::take(&mut st.groups) {
             match winner(&cands, Some(&fired0)) {
                 Some(r) => {
                     let a = accs.entry(r).or_default();
                     a.count += g.count;
-                    for h in &g.sample {
-                        if let Some(rk) = resolve(h) {
-                            a.ranks.insert(rk);
-                        }
-                    }
-                    for w in &g.who {
-                        if let Some(rk) = w.0.or_else(|| {
-                            resolve(&Hit { source: w.3, rank: None, host: w.1.clone(), pid: w.2, ..Hit::default() })
-                        }) {
-                            a.ranks.insert(rk);
-                        }
-                    }
+                    a.causes += g.causes;
+                    a.ignored += g.ignored;
+                    a.who.extend(g.who);
                     a.hits.extend(g.sample);
-                    if let Some(e) = g.earliest_ts {
-                        a.hits.push(e);
-                    }
+                    a.hits.extend(g.earliest_ts);
                 }
                 None => {
                     // Every candidate was gated out: these lines are unexplained if they are warnings.
@@ -571,7 +706,7 @@ impl Engine {
                             if opts.templates {
                                 st.add_template(&h);
                             }
-                            unexplained_hits.push(h);
+                            unexplained.push(h);
                         }
                     }
                     // Only the warnings among the hits past the sample (INFO lines are no news).
@@ -579,155 +714,212 @@ impl Engine {
                 }
             }
         }
+        Grouped { accs, unexplained, extra_unexplained }
+    }
 
-        let mut findings: Vec<(Finding, Hit, i32, bool)> = Vec::new();
+    /// One finding per rule that fired, with its evidence in a canonical order (by time where
+    /// lines have one, else by file name and line), so the order of the inputs changes nothing.
+    fn findings(&self, accs: HashMap<usize, Acc>, st: &State, ranks: &Ranks, opts: &Options) -> Vec<Cand> {
+        let mut out = Vec::new();
         for (r, mut a) in accs {
             let rule = &self.rules[r];
-            a.hits.sort_by_key(|h| h.order);
-            a.hits.dedup_by_key(|h| h.order);
-            let earliest = a.hits.iter().cloned().reduce(|x, y| if earlier(&y, &x) { y } else { x });
-            let mut ev: Vec<&Hit> = Vec::new();
-            if let Some(e) = &earliest {
-                ev.push(a.hits.iter().find(|h| h.order == e.order).unwrap());
-            }
+            let d = &rule.def;
+            a.hits.sort_by(|x, y| st.canon(x).cmp(&st.canon(y)));
+            a.hits.dedup_by(|x, y| x.source == y.source && x.line == y.line);
+            // The earliest hit, preferring the lines the record does not mark as consequences.
+            let causal = |h: &&Hit| !h.symptom && !h.ignored;
+            let first = a
+                .hits
+                .iter()
+                .filter(causal)
+                .chain(a.hits.iter())
+                .fold(None::<&Hit>, |best, h| match best {
+                    Some(b) if !earlier_hit(h, b) || (causal(&b) && !causal(&h)) => Some(b),
+                    _ => Some(h),
+                })
+                .cloned()
+                .unwrap_or_default();
+            let mut ev: Vec<&Hit> =
+                a.hits.iter().filter(|h| h.source == first.source && h.line == first.line).take(1).collect();
             for h in &a.hits {
                 if ev.len() >= opts.evidence.max(1) {
                     break;
                 }
-                if !ev.iter().any(|x| x.order == h.order) {
+                if !ev.iter().any(|x| x.source == h.source && x.line == h.line) {
                     ev.push(h);
                 }
             }
-            let evidence = ev
-                .into_iter()
-                .map(|h| Evidence {
-                    source: st.names[h.source].clone(),
-                    line: h.line,
-                    rank: resolve(h),
-                    text: h.text.clone(),
-                })
-                .collect();
-            let d = &rule.def;
-            findings.push((
-                Finding {
-                    rule: d.id.clone(),
-                    title: d.title.clone(),
-                    category: d.category.clone(),
-                    severity: d.severity,
-                    benign: d.benign,
-                    ranks: a.ranks.into_iter().collect(),
-                    count: a.count,
-                    evidence,
-                    root_cause: d.root_cause.trim().to_string(),
-                    fix: d.fix.trim().to_string(),
-                    refs: d.refs.clone(),
-                    context: None,
-                },
-                earliest.unwrap_or_default(),
-                d.priority,
-                d.symptom,
-            ));
+            let evidence = ev.into_iter().map(|h| st.evidence_of(h, ranks.of(h))).collect();
+            let mut rank_set: BTreeSet<u32> = a.hits.iter().filter_map(|h| ranks.of(h)).collect();
+            for w in &a.who {
+                let h = Hit { source: w.3, rank: w.0, host: w.1.clone(), pid: w.2, launcher: w.4, ..Hit::default() };
+                rank_set.extend(ranks.of(&h));
+            }
+            let ignored_only = a.ignored == a.count;
+            let mut finding = Finding {
+                rule: d.id.clone(),
+                title: d.title.clone(),
+                category: d.category.clone(),
+                severity: d.severity,
+                benign: d.benign,
+                ranks: rank_set.into_iter().collect(),
+                count: a.count,
+                evidence,
+                root_cause: d.root_cause.trim().to_string(),
+                fix: d.fix.trim().to_string(),
+                refs: d.refs.clone(),
+                context: None,
+                torch: None,
+            };
+            if ignored_only && !d.benign {
+                finding.benign = true;
+                finding.severity = finding.severity.min(Severity::Warning);
+                finding.context = Some(
+                    "Python printed this exception as `Exception ignored in:` (a destructor or atexit hook at \
+                     interpreter exit): it did not end the process, so alone it is no failure"
+                        .into(),
+                );
+            }
+            out.push(Cand {
+                finding,
+                first,
+                rule: r,
+                priority: d.priority,
+                // A rule's own symptoms, and findings whose every line the record marks as a
+                // consequence (a chained exception, an error restated by its `Last error:`).
+                symptom: d.symptom || (a.causes == 0 && !ignored_only),
+                demotable: d.demote_on_failure || ignored_only,
+                precursor: !d.precursor_of.is_empty(),
+                lead: false,
+            });
         }
-        // Display order: where each finding first appears in the input.
-        findings.sort_by(|a, b| a.1.order.cmp(&b.1.order).then_with(|| a.0.rule.cmp(&b.0.rule)));
-        // The earliest (see `earlier`) non-symptom actionable finding is the cause; symptoms only
-        // when nothing else is actionable.
-        let pick = |cands: &mut dyn Iterator<Item = usize>, f: &[(Finding, Hit, i32, bool)]| {
-            cands.reduce(|x, y| if earlier(&f[y].1, &f[x].1) { y } else { x })
-        };
-        let is_actionable = |f: &Finding| !f.benign && f.severity >= Severity::Warning;
+        // Display order: where each finding first appears.
+        out.sort_by(|a, b| {
+            st.canon(&a.first).cmp(&st.canon(&b.first)).then_with(|| a.finding.rule.cmp(&b.finding.rule))
+        });
+        out
+    }
 
-        // The primary is chosen before any demotion below, so demoted noise never outranks the
-        // failure it is a consequence of.
-        let actionable: Vec<usize> = (0..findings.len()).filter(|&i| is_actionable(&findings[i].0)).collect();
-        let primary_idx = if !actionable.is_empty() {
-            pick(&mut actionable.iter().copied().filter(|&i| !findings[i].3), &findings).or_else(|| {
-                // Only symptoms: the one closest to the cause (highest priority), then the earliest.
-                let top = actionable.iter().map(|&i| findings[i].2).max();
-                pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].2) == top), &findings)
-            })
-        } else {
-            // Benign: the finding that explains most (priority), then the earliest.
-            let top = findings.iter().map(|f| f.2).max();
-            pick(&mut (0..findings.len()).filter(|&i| Some(findings[i].2) == top), &findings)
+    /// How the run ended: failure markers or an actionable error finding make it `failed`;
+    /// success markers without either, `succeeded`; neither, `unknown`.
+    fn outcome(&self, st: &State, findings: &[Cand], ranks: &Ranks) -> OutcomeReport {
+        let first = |o: Outcome| {
+            st.outcomes.iter().filter(|(x, _)| *x == o).map(|(_, h)| h).min_by(|a, b| st.canon(a).cmp(&st.canon(b)))
         };
+        let failed_finding = findings
+            .iter()
+            .filter(|c| !c.precursor && c.actionable() && c.finding.severity >= Severity::Error)
+            .min_by(|a, b| st.canon(&a.first).cmp(&st.canon(&b.first)));
+        let ev = |h: &Hit| vec![st.evidence_of(h, ranks.of(h))];
+        if let Some(h) = first(Outcome::Failed) {
+            return OutcomeReport { status: RunOutcome::Failed, evidence: ev(h) };
+        }
+        if let Some(c) = failed_finding {
+            return OutcomeReport {
+                status: RunOutcome::Failed,
+                evidence: c.finding.evidence.iter().take(1).cloned().collect(),
+            };
+        }
+        match first(Outcome::Succeeded) {
+            Some(h) => OutcomeReport { status: RunOutcome::Succeeded, evidence: ev(h) },
+            None => OutcomeReport::default(),
+        }
+    }
 
-        // Any failure in the run (a cause, or a symptom such as a non-zero exit) turns teardown noise
-        // into symptoms of it.
-        if !actionable.is_empty() {
-            let p = &findings[primary_idx.expect("actionable findings give a primary")].0;
-            let (cause_id, at) =
-                (p.rule.clone(), p.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default());
-            for (f, _, _, symptom) in findings.iter_mut() {
-                let r = self.rules.iter().find(|r| r.def.id == f.rule).unwrap();
-                if f.benign && r.def.demote_on_failure {
-                    f.benign = false;
-                    f.severity = Severity::Warning;
-                    *symptom = true;
-                    f.context = Some(format!(
-                        "not teardown noise here: the run also shows `{cause_id}` ({at}); these lines are a consequence of that failure"
-                    ));
+    /// `needs_success` rules: benign only on a run seen to succeed.
+    fn apply_outcome(&self, findings: &mut [Cand], outcome: RunOutcome) {
+        for c in findings.iter_mut().filter(|c| self.rules[c.rule].def.needs_success) {
+            match outcome {
+                RunOutcome::Succeeded => {}
+                RunOutcome::Failed => {
+                    c.finding.benign = false;
+                    c.finding.severity = c.finding.severity.max(Severity::Warning);
+                    c.symptom = true;
+                    c.finding.context = Some("the run failed, so this is not the harmless case: it may be why".into());
+                }
+                RunOutcome::Unknown => {
+                    c.finding.context = Some(
+                        "benign only if the run completed, and the log shows neither a success nor a failure line: \
+                         check the job's exit status and last output"
+                            .into(),
+                    );
                 }
             }
         }
+    }
 
-        // Unexplained lines, in input order.
-        unexplained_hits.sort_by_key(|h| h.order);
-        let total_unexplained = unexplained_hits.len() as u64 + extra_unexplained;
-        let templates = opts.templates.then(|| {
-            let mut v: Vec<Template> = st
-                .templates
-                .drain()
-                .map(|(t, (count, h))| Template {
-                    template: t,
-                    count,
-                    example: Unexplained { source: st.names[h.source].clone(), line: h.line, text: h.text },
-                })
-                .collect();
-            v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.template.cmp(&b.template)));
-            v
-        });
-        let unexplained: Vec<Unexplained> = unexplained_hits
-            .into_iter()
-            .take(UNEXPLAINED_KEEP)
-            .map(|h| Unexplained { source: st.names[h.source].clone(), line: h.line, text: h.text })
+    /// Quiet precursors are silent alone; beside a downstream failure they name, they lead.
+    fn precursors(&self, findings: &mut Vec<Cand>) {
+        let fired: Vec<(String, String, bool)> = findings
+            .iter()
+            .filter(|c| !c.precursor)
+            .map(|c| (c.finding.rule.clone(), c.finding.category.clone(), c.actionable()))
             .collect();
-        if total_unexplained > unexplained.len() as u64 {
-            st.notes.push(format!(
-                "{} unexplained warning/error lines in all; the first {} are listed",
-                total_unexplained,
-                unexplained.len()
-            ));
-        }
+        findings.retain_mut(|c| {
+            if !c.precursor {
+                return true;
+            }
+            let d = &self.rules[c.rule].def;
+            let Some((id, _, _)) =
+                fired.iter().find(|(id, cat, act)| *act && d.precursor_of.iter().any(|p| p == id || p == cat))
+            else {
+                return false;
+            };
+            c.lead = true;
+            c.symptom = false;
+            c.finding.benign = false;
+            c.finding.severity = c.finding.severity.max(Severity::Warning);
+            c.finding.context = Some(format!("this names the cause of `{id}`, which the log shows too"));
+            true
+        });
+    }
 
-        let verdict = if !actionable.is_empty() {
-            Verdict::Actionable
-        } else if total_unexplained > 0 {
-            Verdict::Unknown
-        } else if !findings.is_empty() {
-            Verdict::Benign
-        } else {
-            Verdict::Clean
+    /// Say which version a reading assumes when the log reveals none.
+    fn version_readings(&self, findings: &mut [Cand], vs: &Versions) {
+        for c in findings.iter_mut() {
+            let r = &self.rules[c.rule];
+            let mut said = Vec::new();
+            if let (Some(range), None) = (&r.def.nccl, vs.nccl) {
+                said.push(format!("NCCL {range}"));
+            }
+            if let (Some(range), None) = (&r.def.torch, vs.torch) {
+                said.push(format!("torch {range}"));
+            }
+            if said.is_empty() {
+                continue;
+            }
+            let mut t = format!("the log reveals no version; this reading holds for {}", said.join(" and "));
+            if let Some(o) = &r.def.other_reading {
+                t.push_str(". Outside that range: ");
+                t.push_str(o.trim());
+            }
+            c.finding.context = Some(match c.finding.context.take() {
+                Some(old) => format!("{old}; {t}"),
+                None => t,
+            });
+        }
+    }
+
+    /// Any failure in the run (a cause, a symptom such as a non-zero exit, a failure marker)
+    /// turns teardown noise into symptoms of it.
+    fn demote(&self, findings: &mut [Cand], primary_idx: Option<usize>, outcome: RunOutcome) {
+        let cause = primary_idx.filter(|&i| findings[i].actionable()).map(|i| {
+            let p = &findings[i].finding;
+            (p.rule.clone(), p.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
+        });
+        let why = match (&cause, outcome) {
+            (Some((id, at)), _) => format!("the run also shows `{id}` ({at})"),
+            (None, RunOutcome::Failed) => "the run failed (see its outcome)".to_string(),
+            _ => return,
         };
-        let primary = primary_idx.map(|i| findings[i].0.clone());
-
-        for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
-            s.ranks = ranks.iter().copied().collect();
-        }
-
-        Analysis {
-            schema_version: SCHEMA_VERSION,
-            tool_version: crate::VERSION.to_string(),
-            verdict,
-            nccl_version: nccl_out,
-            torch_version: torch_v.map(|v| v.to_string()),
-            primary,
-            findings: findings.into_iter().map(|f| f.0).collect(),
-            unexplained,
-            versions,
-            inputs: st.inputs,
-            unexplained_templates: templates,
-            notes: st.notes,
+        for c in findings.iter_mut() {
+            if c.finding.benign && c.demotable {
+                c.finding.benign = false;
+                c.finding.severity = Severity::Warning;
+                c.symptom = true;
+                c.finding.context =
+                    Some(format!("not teardown noise here: {why}; these lines are a consequence of that failure"));
+            }
         }
     }
 
@@ -832,15 +1024,146 @@ fn size_hint(input: &Input) -> u64 {
         Input::Stdin => 0,
         Input::Memory { text, .. } => text.len() as u64,
         Input::Bytes { bytes, .. } => bytes.len() as u64,
+        Input::Member(m) => m.size(),
     }
 }
 
-/// Whether `a` happened before `b`: by timestamp when both lines carry one (the clocks of ranks on
-/// one machine agree), otherwise by position in the input, which is all we know.
-fn earlier(a: &Hit, b: &Hit) -> bool {
+/// Whether hit `a` happened before hit `b`, where that can be told: by timestamp when both lines
+/// carry one (the clocks of ranks on one machine agree), else by line within one input; `None`
+/// across inputs without times.
+fn happened_before(a: &Hit, b: &Hit) -> Option<bool> {
     match (a.ts, b.ts) {
-        (Some(x), Some(y)) if x != y => x < y,
-        _ => a.order < b.order,
+        (Some(x), Some(y)) if x != y => Some(x < y),
+        _ if a.source == b.source && a.line != b.line => Some(a.line < b.line),
+        _ => None,
+    }
+}
+
+/// `happened_before`, with ties and the unknown broken by input position (the hits a finding
+/// collects are sorted canonically first, so this never depends on the order of the inputs).
+fn earlier_hit(a: &Hit, b: &Hit) -> bool {
+    happened_before(a, b).unwrap_or(false)
+}
+
+/// The primary: the earliest causal failure; symptoms only when nothing else is actionable; a
+/// precursor that names the cause of what fired leads; benign runs get the finding that explains
+/// most. Without times across inputs, the causal class (rule priority) decides, then file name and
+/// line, so the choice is the same for every order of the inputs.
+fn primary(findings: &[Cand], st: &State) -> Option<usize> {
+    let before = |x: usize, y: usize| -> bool {
+        let (a, b) = (&findings[x], &findings[y]);
+        happened_before(&a.first, &b.first)
+            .unwrap_or_else(|| (-a.priority, st.canon(&a.first)) < (-b.priority, st.canon(&b.first)))
+    };
+    let pick = |c: &mut dyn Iterator<Item = usize>| c.reduce(|x, y| if before(y, x) { y } else { x });
+    let actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    if let Some(i) = pick(&mut actionable.iter().copied().filter(|&i| findings[i].lead)) {
+        return Some(i);
+    }
+    if !actionable.is_empty() {
+        return pick(&mut actionable.iter().copied().filter(|&i| !findings[i].symptom)).or_else(|| {
+            // Only symptoms: the one closest to the cause (highest priority), then the earliest.
+            let top = actionable.iter().map(|&i| findings[i].priority).max();
+            pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].priority) == top))
+        });
+    }
+    let top = findings.iter().map(|f| f.priority).max();
+    pick(&mut (0..findings.len()).filter(|&i| Some(findings[i].priority) == top))
+}
+
+/// A finding while it is arbitrated.
+struct Cand {
+    finding: Finding,
+    /// Its earliest (causal) hit.
+    first: Hit,
+    rule: usize,
+    priority: i32,
+    symptom: bool,
+    /// Benign noise that a failure in the run turns into a symptom.
+    demotable: bool,
+    precursor: bool,
+    /// A precursor whose downstream failure fired: it is the cause.
+    lead: bool,
+}
+
+impl Cand {
+    fn actionable(&self) -> bool {
+        !self.finding.benign && self.finding.severity >= Severity::Warning
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    count: u64,
+    causes: u64,
+    ignored: u64,
+    hits: Vec<Hit>,
+    who: BTreeSet<Who>,
+}
+
+struct Grouped {
+    accs: HashMap<usize, Acc>,
+    unexplained: Vec<Hit>,
+    extra_unexplained: u64,
+}
+
+struct Versions {
+    nccl: Option<Version>,
+    nccl_out: Option<String>,
+    torch: Option<Version>,
+    notes: Vec<VersionNote>,
+}
+
+impl Versions {
+    /// The version gates of rule `r`.
+    fn allows(&self, r: &Rule) -> bool {
+        let gate = |range: &Option<super::version::Range>, v: Option<Version>| match (range, v) {
+            (None, _) => true,
+            (Some(rg), Some(v)) => rg.contains(v),
+            (Some(_), None) => r.def.if_version_unknown,
+        };
+        gate(&r.nccl, self.nccl) && gate(&r.torch, self.torch)
+    }
+}
+
+/// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
+/// lines, else its pid alone, else the one rank its input shows (never for a launcher's line).
+struct Ranks {
+    map: HashMap<(String, u32), (u32, u32)>,
+    pid_only: HashMap<u32, u32>,
+    source_ranks: Vec<BTreeSet<u32>>,
+    /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).
+    names: Vec<Option<log::NameHint>>,
+}
+
+impl Ranks {
+    fn new(st: &mut State) -> Ranks {
+        let map = std::mem::take(&mut st.rank_map);
+        let mut m: HashMap<u32, Option<u32>> = HashMap::new();
+        for ((_, pid), (rank, _)) in &map {
+            let e = m.entry(*pid).or_insert(Some(*rank));
+            if *e != Some(*rank) {
+                *e = None;
+            }
+        }
+        let pid_only = m.into_iter().filter_map(|(p, r)| r.map(|r| (p, r))).collect();
+        let names: Vec<&str> = st.names.iter().map(String::as_str).collect();
+        Ranks { map, pid_only, source_ranks: st.source_ranks.clone(), names: log::ranks_from_names(&names) }
+    }
+
+    fn of(&self, h: &Hit) -> Option<u32> {
+        h.rank
+            .or_else(|| h.pid.and_then(|p| self.map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
+            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&p).copied()))
+            .or_else(|| match self.names.get(h.source)?.as_ref()? {
+                _ if h.launcher => None,
+                log::NameHint::Rank { rank, .. } => Some(*rank),
+                log::NameHint::HostPid { host, pid } => self.map.get(&(host.clone(), *pid)).map(|x| x.0),
+            })
+            .or_else(|| {
+                let rs = self.source_ranks.get(h.source)?;
+                (!h.launcher && rs.len() == 1).then(|| *rs.iter().next().unwrap())
+            })
     }
 }
 
@@ -854,15 +1177,58 @@ struct Hit {
     pid: Option<u32>,
     ts: Option<f64>,
     text: String,
-    /// `level_of` rated the line a warning or an error.
+    /// `level_of` rated the line a warning or an error (or it reads like a failure).
     warn: bool,
+    /// The record makes this line a consequence: a chained exception, an error line whose
+    /// `Last error:` payload names the failing call.
+    symptom: bool,
+    /// An exception Python printed as `Exception ignored in:` (it ended nothing).
+    ignored: bool,
+    /// A launcher's own line (torchrun's agent): never attributed to a rank by its file.
+    launcher: bool,
+    /// What the record adds (innermost frame, backtrace libraries, the restated error).
+    detail: Option<String>,
 }
 
-type Who = (Option<u32>, Option<String>, Option<u32>, usize);
+/// A line (or a record's part) as the matcher takes it.
+struct LineRef<'a> {
+    line: u64,
+    raw: &'a str,
+    msg: &'a str,
+    rank: Option<u32>,
+    host: Option<&'a str>,
+    pid: Option<u32>,
+    ts: Option<f64>,
+    flags: Flags,
+    symptom: bool,
+    detail: Option<&'a str>,
+}
+
+/// If `msg` ends in the first part of an `NCCL version X.Y.Z` that a paste may have wrapped, that
+/// part (from `NCCL` on).
+fn version_tail(msg: &str) -> Option<&str> {
+    let i = msg.rfind("NCCL")?;
+    let tail = &msg[i..];
+    const FULL: &str = "NCCL version ";
+    if tail.len() < FULL.len() {
+        return FULL.starts_with(tail).then_some(tail);
+    }
+    let rest = tail.strip_prefix(FULL)?;
+    // A version cut in its middle: digits and dots, ending in a dot or short of three numbers.
+    let ok =
+        rest.bytes().all(|c| c.is_ascii_digit() || c == b'.') && (rest.ends_with('.') || rest.matches('.').count() < 2);
+    ok.then_some(tail)
+}
+
+/// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
+type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
 
 #[derive(Default)]
 struct Group {
     count: u64,
+    /// Hits the record does not mark as consequences (`Hit::symptom`) or as ignored.
+    causes: u64,
+    ignored: u64,
     /// Hits that are warnings or errors (those count as unexplained when every rule is gated out).
     warns: u64,
     /// The first warnings past `sample`, so that they can be listed as unexplained too.
@@ -881,9 +1247,11 @@ struct Group {
 impl Group {
     fn add(&mut self, h: Hit) {
         self.count += 1;
+        self.causes += u64::from(!h.symptom && !h.ignored);
+        self.ignored += u64::from(h.ignored);
         self.warns += u64::from(h.warn);
         if self.who.len() < WHO_CAP {
-            let w = (h.rank, h.host.clone(), h.pid, h.source);
+            let w = (h.rank, h.host.clone(), h.pid, h.source, h.launcher);
             if !self.who.contains(&w) {
                 self.who.insert(w.clone());
                 self.who_seq.push(w);
@@ -914,6 +1282,8 @@ impl Group {
     /// `add` would have made from this group's hits followed by `o`'s.
     fn merge(&mut self, o: Group) {
         self.count += o.count;
+        self.causes += o.causes;
+        self.ignored += o.ignored;
         self.warns += o.warns;
         for w in o.who_seq {
             if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
@@ -957,6 +1327,22 @@ struct SourceState {
     phase: Option<Phase>,
     ranks: BTreeSet<u32>,
     lines: u64,
+    records: Assembler,
+    /// The start of an `NCCL version` line cut at its end (see `version_tail`).
+    version_tail: Option<String>,
+}
+
+impl SourceState {
+    fn new(idx: usize) -> SourceState {
+        SourceState {
+            idx,
+            phase: None,
+            ranks: BTreeSet::new(),
+            lines: 0,
+            records: Assembler::default(),
+            version_tail: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -980,6 +1366,10 @@ struct State {
     inputs: Vec<InputSummary>,
     notes: Vec<String>,
     want_templates: bool,
+    /// Outcome marker lines (at most `OUTCOME_KEEP` per input).
+    outcomes: Vec<(Outcome, Hit)>,
+    unrelated: Vec<Hit>,
+    unrelated_dropped: u64,
 }
 
 impl State {
@@ -1029,6 +1419,18 @@ impl State {
             }
         }
         self.unexplained_dropped += o.unexplained_dropped;
+        for (k, h) in o.outcomes {
+            self.outcomes.push((k, shift(h)));
+        }
+        for h in o.unrelated {
+            let h = shift(h);
+            if self.unrelated.len() < UNRELATED_KEEP {
+                self.unrelated.push(h);
+            } else {
+                self.unrelated_dropped += 1;
+            }
+        }
+        self.unrelated_dropped += o.unrelated_dropped;
         self.order += o.order;
         for v in o.nccl_versions {
             add_version(&mut self.nccl_versions, v);
@@ -1056,6 +1458,40 @@ impl State {
         self.names.extend(o.names);
         self.inputs.extend(o.inputs);
         self.notes.extend(o.notes);
+    }
+
+    /// Where `h` sits in the inputs, as a key that does not depend on their order.
+    fn canon<'s>(&'s self, h: &Hit) -> (&'s str, u64) {
+        (self.names.get(h.source).map_or("", String::as_str), h.line)
+    }
+
+    fn evidence_of(&self, h: &Hit, rank: Option<u32>) -> Evidence {
+        Evidence {
+            source: self.names.get(h.source).cloned().unwrap_or_default(),
+            line: h.line,
+            rank,
+            text: h.text.clone(),
+            detail: h.detail.clone(),
+            column: None,
+        }
+    }
+
+    fn unexplained_of(&self, h: Hit) -> Unexplained {
+        Unexplained { source: self.names.get(h.source).cloned().unwrap_or_default(), line: h.line, text: h.text }
+    }
+
+    fn add_outcome(&mut self, o: Outcome, h: &Hit) {
+        if self.outcomes.iter().filter(|(_, x)| x.source == h.source).count() < OUTCOME_KEEP {
+            self.outcomes.push((o, h.clone()));
+        }
+    }
+
+    fn add_unrelated(&mut self, h: Hit) {
+        if self.unrelated.len() < UNRELATED_KEEP {
+            self.unrelated.push(h);
+        } else {
+            self.unrelated_dropped += 1;
+        }
     }
 
     fn add_unexplained(&mut self, h: Hit) {
@@ -1096,7 +1532,7 @@ pub fn template_of(line: &str) -> String {
         .map(|(p, r)| (Regex::new(p).unwrap(), r))
         .collect()
     });
-    let (_, rest) = log::strip_rank_prefix(line);
+    let rest = log::strip_prefixes(line).rest;
     let mut s = rest.to_string();
     for (re, rep) in res {
         s = re.replace_all(&s, *rep).into_owned();
@@ -1182,7 +1618,7 @@ mod tests {
         );
         let mut n = 0;
         for l in lines.iter().filter(|l| l.is_ascii()) {
-            let line = log::strip_rank_prefix(l).1;
+            let line = log::strip_prefixes(l).rest;
             let a: Vec<usize> = ascii.matches(line.as_bytes()).into_iter().collect();
             let u: Vec<usize> = unicode.matches(line).into_iter().collect();
             assert_eq!(a, u, "{line}");
@@ -1266,7 +1702,7 @@ mod tests {
     fn equivalence_on_given_logs() {
         let paths: Vec<std::path::PathBuf> =
             std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
-        let inputs = log::expand(&paths).unwrap();
+        let inputs = log::expand(&paths).unwrap().inputs;
         same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
     }
 }

@@ -50,6 +50,19 @@ pub struct RuleDef {
     pub demote_on_failure: bool,
     #[serde(default)]
     pub priority: i32,
+    /// A quiet precursor: the line (often INFO) names a cause, but alone it is no failure. The
+    /// finding is reported only when a rule listed here (by id or category) fires too, and then it
+    /// is the cause.
+    #[serde(default)]
+    pub precursor_of: Vec<String>,
+    /// Benign only when the run is seen to succeed (an optional transport that did not come up):
+    /// a symptom when it failed, and "check that the run completed" when the log shows neither.
+    #[serde(default)]
+    pub needs_success: bool,
+    /// What the same lines mean outside the rule's version range, said when the log reveals no
+    /// version.
+    #[serde(default)]
+    pub other_reading: Option<String>,
     pub root_cause: String,
     pub fix: String,
     #[serde(default)]
@@ -70,7 +83,26 @@ impl Default for PhaseSpec {
     }
 }
 
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Any => "any",
+            Phase::Init => "init",
+            Phase::Runtime => "runtime",
+            Phase::Teardown => "teardown",
+        }
+    }
+}
+
 impl PhaseSpec {
+    /// As written in a rule file: `teardown`, `runtime, teardown`.
+    pub fn text(&self) -> String {
+        match self {
+            PhaseSpec::One(p) => p.as_str().to_string(),
+            PhaseSpec::Many(ps) => ps.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", "),
+        }
+    }
+
     /// A source whose phase is unknown (no markers) satisfies any condition.
     pub fn allows(&self, have: Option<Phase>) -> bool {
         let Some(h) = have else { return true };
@@ -137,6 +169,39 @@ struct FingerprintFile {
 
 pub const PHASES_FILE: &str = "rules/phases.toml";
 pub const FINGERPRINTS_FILE: &str = "rules/fingerprints.toml";
+pub const OUTCOME_FILE: &str = "rules/outcome.toml";
+
+/// A line that tells how the run ended (rules/outcome.toml).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeMarker {
+    pub outcome: Outcome,
+    pub pattern: String,
+    #[serde(default)]
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutcomeFile {
+    marker: Vec<OutcomeMarker>,
+}
+
+pub fn load_outcome_markers() -> Result<Vec<OutcomeMarker>> {
+    let text = embedded().iter().find(|(p, _)| *p == OUTCOME_FILE).map(|(_, t)| *t).unwrap_or("marker = []");
+    let f: OutcomeFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{OUTCOME_FILE}: {e}"))?;
+    for m in &f.marker {
+        Regex::new(&m.pattern).map_err(|e| anyhow::anyhow!("{OUTCOME_FILE}: pattern `{}`: {e}", m.pattern))?;
+    }
+    Ok(f.marker)
+}
 
 pub fn embedded() -> &'static [(&'static str, &'static str)] {
     crate::EMBEDDED
@@ -150,6 +215,7 @@ pub fn builtin_rule_files() -> impl Iterator<Item = (&'static str, &'static str)
             && !p[6..].contains('/')
             && *p != PHASES_FILE
             && *p != FINGERPRINTS_FILE
+            && *p != OUTCOME_FILE
     })
 }
 

@@ -1,0 +1,400 @@
+//! What launchers and log collectors put in front of a library's own line, stripped before any
+//! pattern or level sees the line: Slurm `srun --label` (`12: `), torchrun (`[rank3]:`,
+//! `[default0]:`), mpirun `--tag-output` (`[1,3]<stderr>:`), Ray (`(RayWorkerWrapper pid=123,
+//! ip=10.0.0.1) `), docker compose (`trainer-1  | `), `kubectl logs --prefix` (`[pod/x/c] `), pdsh
+//! (`host: ` before another prefix), ISO-8601 and syslog timestamps, `[stderr]`-style tags; several
+//! may stack. A `^`-anchored rule pattern then sees where the message starts.
+//!
+//! NCCL's own `[timestamp] host:pid:tid [dev]` head and c10's `[W1129 ...]` are not prefixes:
+//! they belong to the record and are parsed there.
+
+/// The prefixes found in front of a line, and the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Prefixed<'a> {
+    /// Rank named by a prefix: `[rankN]` and mpirun's and srun's task ids are global ranks.
+    pub rank: Option<u32>,
+    /// torchrun's `[defaultN]`: the local rank (the global rank on one node).
+    pub local_rank: Option<u32>,
+    /// Host or address a collector named (Ray's `ip=`, syslog's host, pdsh).
+    pub host: Option<&'a str>,
+    /// Process id a collector named (Ray's `pid=`, syslog's `prog[pid]`).
+    pub pid: Option<u32>,
+    /// Seconds since the start of the year, from an ISO-8601 or syslog prefix.
+    pub ts: Option<f64>,
+    /// The line had leading whitespace after its prefixes (Python traceback frames).
+    pub indented: bool,
+    /// The message, prefixes and the whitespace after them removed.
+    pub rest: &'a str,
+}
+
+impl<'a> Prefixed<'a> {
+    /// The rank the prefixes imply: an explicit global rank, else the local one.
+    pub fn any_rank(&self) -> Option<u32> {
+        self.rank.or(self.local_rank)
+    }
+}
+
+/// Strip every launcher and collector prefix from `line`.
+pub fn strip_prefixes(line: &str) -> Prefixed<'_> {
+    let mut p = Prefixed { rest: line, ..Prefixed::default() };
+    let mut stripped = false;
+    for _ in 0..8 {
+        let s = if stripped { p.rest.strip_prefix(' ').unwrap_or(p.rest) } else { p.rest };
+        let Some(next) = one(after_ws(s), &mut p) else { break };
+        p.rest = next;
+        stripped = true;
+    }
+    // One space after a prefix separates it from the message; more is the message's indentation.
+    let s = if stripped { p.rest.strip_prefix(' ').unwrap_or(p.rest) } else { p.rest };
+    let trimmed = after_ws(s);
+    p.indented = trimmed.len() != s.len();
+    p.rest = trimmed;
+    p
+}
+
+/// Strip one prefix from the start of `s`, recording what it says in `p`.
+fn one<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let b = s.as_bytes();
+    match *b.first()? {
+        b'[' => bracket(s, p),
+        b'(' => ray(s, p),
+        b'0'..=b'9' => iso_ts(s, p).or_else(|| srun_label(s, p)),
+        b'A'..=b'Z' | b'a'..=b'z' => syslog(s, p).or_else(|| compose(s)).or_else(|| pdsh(s, p)),
+        _ => None,
+    }
+}
+
+/// At most the first `n` bytes of `s`, cut on a character boundary.
+fn head(s: &str, n: usize) -> &str {
+    let mut n = n.min(s.len());
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
+}
+
+fn after_ws(s: &str) -> &str {
+    s.trim_start_matches([' ', '\t'])
+}
+
+fn digits(s: &str) -> usize {
+    s.bytes().take_while(u8::is_ascii_digit).count()
+}
+
+/// `[rank3]:`, `[default0]:`, `[1,3]<stderr>:`, `[pod/name/container] `, `[stderr] `.
+fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let close = head(s, 256).find(']')?;
+    let inner = &s[1..close];
+    let after = &s[close + 1..];
+    if let Some(n) = inner.strip_prefix("rank").filter(|n| !n.is_empty() && digits(n) == n.len()) {
+        let rest = after.strip_prefix(':')?;
+        p.rank = n.parse().ok();
+        return Some(rest);
+    }
+    if let Some(n) = inner.strip_prefix("default").filter(|n| !n.is_empty() && digits(n) == n.len()) {
+        let rest = after.strip_prefix(':')?;
+        p.local_rank = n.parse().ok();
+        return Some(rest);
+    }
+    if let Some((job, rank)) = inner.split_once(',') {
+        if !job.is_empty() && digits(job) == job.len() && !rank.is_empty() && digits(rank) == rank.len() {
+            // `[1,3]<stdout>:` (`--tag-output`) or `[1,3]:`.
+            let rest = match after.strip_prefix('<') {
+                Some(t) => {
+                    let end = head(t, 16).find(">:")?;
+                    &t[end + 2..]
+                }
+                None => after.strip_prefix(':')?,
+            };
+            p.rank = rank.parse().ok();
+            return Some(rest);
+        }
+    }
+    if matches!(inner, "stdout" | "stderr" | "STDOUT" | "STDERR" | "out" | "err") {
+        let rest = after.strip_prefix(':').unwrap_or(after);
+        return Some(rest);
+    }
+    // Open MPI's and UCX's crash handlers: `[host:pid] `, `[host:pid:tid:n] `.
+    if let Some((host, rest)) = inner.split_once(':') {
+        let pid = rest.split(':').next().unwrap_or("");
+        if !host.is_empty()
+            && host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+            && !pid.is_empty()
+            && digits(pid) == pid.len()
+            && rest.bytes().all(|c| c.is_ascii_digit() || c == b':')
+            && after.starts_with(':')
+            && !rest.contains(':')
+            && pid.len() <= 5
+        {
+            // `[gpu187:1]:` (accelerate and DeepSpeed's per-host prefix): the host and the rank.
+            p.host = Some(host);
+            p.rank = pid.parse().ok();
+            return Some(&after[1..]);
+        }
+        if !host.is_empty()
+            && host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+            && !pid.is_empty()
+            && digits(pid) == pid.len()
+            && rest.bytes().all(|c| c.is_ascii_digit() || c == b':')
+            && after.starts_with(' ')
+        {
+            p.host = Some(host);
+            p.pid = pid.parse().ok();
+            return Some(&after[1..]);
+        }
+    }
+    // kubectl logs --prefix: `[pod/<pod>/<container>] `.
+    if inner.starts_with("pod/") && inner.matches('/').count() == 2 && after.starts_with(' ') {
+        return Some(&after[1..]);
+    }
+    None
+}
+
+/// Ray's worker prefix: `(RayWorkerWrapper pid=123, ip=10.0.0.1) `, `(pid=123) `,
+/// `(Runner pid=9, ip=10.1.2.3, actor_id=...) `, `(raylet) `.
+fn ray<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let close = head(s, 300).find(')')?;
+    let inner = &s[1..close];
+    let after = s[close + 1..].strip_prefix(' ')?;
+    if inner == "raylet" || inner == "gcs_server" || inner == "autoscaler" {
+        return Some(after);
+    }
+    let head_end = inner.find("pid=")?;
+    let head = &inner[..head_end];
+    // The actor or task name before `pid=` is one word (e.g. `RayWorkerWrapper`, `_MapWorker`).
+    if !(head.is_empty() || (head.ends_with(' ') && !head.trim_end().contains(' '))) {
+        return None;
+    }
+    let mut pid = None;
+    for kv in inner[head_end..].split(", ") {
+        match kv.split_once('=') {
+            Some(("pid", v)) => pid = Some(v.parse().ok()?),
+            Some(("ip", v)) => p.host = Some(v),
+            Some((k, _)) if k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') => {}
+            _ => return None,
+        }
+    }
+    p.pid = pid;
+    Some(after)
+}
+
+/// `srun --label`: the task id, a colon and a space (` 3: `, `12: `).
+fn srun_label<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let n = digits(s);
+    if n == 0 || n > 5 {
+        return None;
+    }
+    let rest = s[n..].strip_prefix(": ")?;
+    // `12: 34` is more likely a time or a count than a label followed by a number.
+    if rest.is_empty() {
+        return None;
+    }
+    p.rank = s[..n].parse().ok();
+    Some(rest)
+}
+
+/// ISO-8601 (`2024-05-01T12:00:00.123Z `, `2024-05-01 12:00:00,123 `, offsets too) at the start of
+/// a line, as Docker, Kubernetes, journald exports and Python's logging write them. NCCL's own
+/// bracketed stamp is left to the NCCL parser.
+fn iso_ts<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') || b[13] != b':' {
+        return None;
+    }
+    let date = &s[..10];
+    let mut end =
+        11 + s[11..].find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.' || c == ',')).unwrap_or(s.len() - 11);
+    let time = &s[11..end];
+    let rest = &s[end..];
+    let tz = rest
+        .strip_prefix('Z')
+        .map(|_| 1)
+        .or_else(|| {
+            let t = rest.strip_prefix(['+', '-'])?;
+            let n = t.bytes().take_while(|c| c.is_ascii_digit() || *c == b':').count();
+            (n >= 2).then_some(n + 1)
+        })
+        .unwrap_or(0);
+    end += tz;
+    let after = &s[end..];
+    // Python logging separates with ` - ` or a space; anything else glued on is not a prefix.
+    if !(after.starts_with(' ') || after.starts_with('\t') || after.starts_with(" - ")) {
+        return None;
+    }
+    p.ts = super::record::date_time_secs(date, &time.replace(',', "."));
+    p.ts?;
+    Some(after.trim_start_matches([' ', '\t']))
+}
+
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/// syslog: `May  1 12:00:00 host prog[123]: `.
+fn syslog<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let month = MONTHS.iter().position(|m| s.starts_with(m))? as u32 + 1;
+    let t = s[3..].strip_prefix(' ')?;
+    let t = t.strip_prefix(' ').unwrap_or(t);
+    let dn = digits(t);
+    if dn == 0 || dn > 2 {
+        return None;
+    }
+    let day: u32 = t[..dn].parse().ok()?;
+    let t = t[dn..].strip_prefix(' ')?;
+    let (time, t) = t.split_once(' ')?;
+    if time.len() < 8 || time.as_bytes()[2] != b':' {
+        return None;
+    }
+    let (host, t) = t.split_once(' ')?;
+    let colon = head(t, 80).find(": ")?;
+    let prog = &t[..colon];
+    if prog.contains(' ') {
+        return None;
+    }
+    if let Some(open) = prog.find('[') {
+        p.pid = prog[open + 1..].strip_suffix(']').and_then(|n| n.parse().ok());
+    }
+    p.host = Some(host);
+    p.ts = super::record::month_day_secs(month, day, time);
+    Some(&t[colon + 2..])
+}
+
+/// docker compose: `trainer-1  | ` (v2) or `trainer_1  | ` (v1).
+fn compose(s: &str) -> Option<&str> {
+    let bar = head(s, 80).find(" | ").or_else(|| head(s, 80).find(" |\t"))?;
+    let name = s[..bar].trim_end();
+    let (base, n) = name.rsplit_once(['-', '_'])?;
+    if base.is_empty() || n.is_empty() || digits(n) != n.len() {
+        return None;
+    }
+    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')) {
+        return None;
+    }
+    Some(&s[bar + 3..])
+}
+
+/// pdsh / deepspeed's multi-node launcher: `host: ` in front of a line that itself starts with a
+/// prefix or an NCCL head. Alone, `word: ` is far more often a message (`RuntimeError: ...`).
+fn pdsh<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let colon = head(s, 64).find(": ")?;
+    let host = &s[..colon];
+    if !host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+        return None;
+    }
+    // An exception name is not a host.
+    if host.ends_with("Error") || host.ends_with("Exception") || host.ends_with("Warning") {
+        return None;
+    }
+    let rest = &s[colon + 2..];
+    let mut probe = Prefixed::default();
+    let nested = one(rest, &mut probe).is_some();
+    let nccl_head = rest.split_once(' ').is_some_and(|(h, _)| h.matches(':').count() == 2 && h.starts_with(host));
+    if !(nested || nccl_head) {
+        return None;
+    }
+    p.host = Some(host);
+    Some(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rest(l: &str) -> &str {
+        strip_prefixes(l).rest
+    }
+
+    #[test]
+    fn torchrun_and_mpirun() {
+        let p = strip_prefixes("[rank1]: Cuda failure 'out of memory'");
+        assert_eq!((p.rank, p.rest), (Some(1), "Cuda failure 'out of memory'"));
+        let p = strip_prefixes("[default2]:[rank6]:[W x.cpp:1] m");
+        assert_eq!((p.rank, p.local_rank, p.rest), (Some(6), Some(2), "[W x.cpp:1] m"));
+        assert_eq!(strip_prefixes("[1,5]<stdout>:hello").rank, Some(5));
+        assert_eq!(rest("[1,5]<stderr>: hello"), "hello");
+        assert_eq!(rest("[not a prefix] x"), "[not a prefix] x");
+        assert_eq!(
+            rest("[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1] x"),
+            "[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1] x"
+        );
+        assert_eq!(
+            rest("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"),
+            "[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"
+        );
+    }
+
+    #[test]
+    fn srun_labels() {
+        let p = strip_prefixes("12: [rank12]:[E ProcessGroupNCCL.cpp:1] boom");
+        assert_eq!((p.rank, p.rest), (Some(12), "[E ProcessGroupNCCL.cpp:1] boom"));
+        assert_eq!(strip_prefixes(" 3: gpu1:12:34 [0] NCCL WARN x").rank, Some(3));
+        assert!(strip_prefixes("0:   File \"x.py\", line 3").indented);
+        // Not labels.
+        assert_eq!(rest("12:34:56 something"), "12:34:56 something");
+        assert_eq!(strip_prefixes("123456: x").rank, None);
+    }
+
+    #[test]
+    fn host_rank_and_host_pid_brackets() {
+        let p = strip_prefixes("[gpu187:1]:torch.cuda.OutOfMemoryError: CUDA out of memory.");
+        assert_eq!(
+            (p.host, p.rank, p.rest),
+            (Some("gpu187"), Some(1), "torch.cuda.OutOfMemoryError: CUDA out of memory.")
+        );
+        let p = strip_prefixes("[k8s-slave03:00956] *** Process received signal ***");
+        assert_eq!(
+            (p.host, p.pid, p.rank, p.rest),
+            (Some("k8s-slave03"), Some(956), None, "*** Process received signal ***")
+        );
+    }
+
+    #[test]
+    fn ray_prefixes() {
+        let p = strip_prefixes("(RayWorkerWrapper pid=1234, ip=10.0.0.1) [rank1]: x");
+        assert_eq!((p.pid, p.host, p.rank, p.rest), (Some(1234), Some("10.0.0.1"), Some(1), "x"));
+        let p = strip_prefixes("(pid=77) NCCL WARN y");
+        assert_eq!((p.pid, p.rest), (Some(77), "NCCL WARN y"));
+        assert_eq!(strip_prefixes("(Runner pid=9) hello").pid, Some(9));
+        assert_eq!(rest("(raylet) msg"), "msg");
+        assert_eq!(rest("(see above) msg"), "(see above) msg");
+    }
+
+    #[test]
+    fn compose_kubectl_tags() {
+        assert_eq!(rest("trainer-1  | [rank0]: hi"), "hi");
+        assert_eq!(strip_prefixes("trainer-1  | [rank0]: hi").rank, Some(0));
+        assert_eq!(rest("[pod/train-0/pytorch] NCCL WARN x"), "NCCL WARN x");
+        assert_eq!(rest("[stderr] RuntimeError: x"), "RuntimeError: x");
+        assert_eq!(rest("a | b"), "a | b");
+    }
+
+    #[test]
+    fn timestamps() {
+        let p = strip_prefixes("2024-05-15T07:06:42.500Z [rank2]: x");
+        assert_eq!((p.rank, p.rest), (Some(2), "x"));
+        let nccl = super::super::parse("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y", None).ts.unwrap();
+        assert!((p.ts.unwrap() - nccl - 0.5).abs() < 1e-6);
+        assert!(strip_prefixes("2024-05-15 07:06:42,123 - root - WARNING - x").ts.is_some());
+        let p = strip_prefixes("May  1 12:00:00 node7 python[4242]: NCCL WARN x");
+        assert_eq!((p.host, p.pid, p.rest), (Some("node7"), Some(4242), "NCCL WARN x"));
+        assert_eq!(rest("2024-05-15T07:06:42Z"), "2024-05-15T07:06:42Z");
+    }
+
+    #[test]
+    fn pdsh_only_before_another_prefix() {
+        let p = strip_prefixes("worker-1: [rank3]: Traceback (most recent call last):");
+        assert_eq!((p.host, p.rank, p.rest), (Some("worker-1"), Some(3), "Traceback (most recent call last):"));
+        assert_eq!(rest("RuntimeError: [rank3]: x"), "RuntimeError: [rank3]: x");
+        assert_eq!(rest("note: x"), "note: x");
+        assert_eq!(strip_prefixes("node1: node1:123:456 [0] NCCL WARN x").host, Some("node1"));
+    }
+
+    #[test]
+    fn indentation_survives_as_a_flag() {
+        let p = strip_prefixes("[rank0]:   File \"train.py\", line 88, in <module>");
+        assert!(p.indented);
+        assert_eq!(p.rest, "File \"train.py\", line 88, in <module>");
+        let p = strip_prefixes("  File \"train.py\", line 88");
+        assert!(p.indented);
+        assert_eq!(p.rest, "File \"train.py\", line 88");
+        assert!(!strip_prefixes("RuntimeError: x").indented);
+    }
+}

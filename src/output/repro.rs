@@ -1,0 +1,332 @@
+//! The comparison: a comfy-table of the cells, the effect of each axis, where each rule fired.
+//! Text for the terminal, Markdown for report.md (redacted by the caller).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use comfy_table::{presets, ContentArrangement, Table};
+
+use super::markdown::{heading, inline, table, Md};
+use crate::repro::compare::{effect_line, site_line};
+use crate::repro::matrix::AxisKind;
+use crate::repro::result::{Cell, CellStatus, Run, RunStatus};
+
+fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn f2(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+fn rules_cell(c: &Cell) -> String {
+    if let Some(e) = &c.explain_error {
+        return format!("explain failed: {}", e.lines().next().unwrap_or(""));
+    }
+    if c.rules.is_empty() {
+        return "-".into();
+    }
+    c.rules
+        .iter()
+        .map(|r| if r.count > 1 { format!("{} x{}", r.id, r.count) } else { r.id.clone() })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The header and rows of the cell table, as plain text (each writer escapes them its way).
+fn table_rows(run: &Run) -> (Vec<String>, Vec<Vec<String>>) {
+    let multi: Vec<usize> = (0..run.axes.len()).filter(|&i| run.axes[i].values.len() > 1).collect();
+    let mut header: Vec<String> = vec!["#".into()];
+    header.extend(multi.iter().map(|&i| run.axes[i].name.clone()));
+    if run.repeat > 1 {
+        header.push("rep".into());
+    }
+    for h in ["nccl ran", "exit", "status", "wall s", "teardown s", "WARN", "rules fired", "verdict", "leftovers"] {
+        header.push(h.into());
+    }
+    let mut rows = Vec::new();
+    for c in &run.cells {
+        let mut row: Vec<String> = vec![c.index.to_string()];
+        row.extend(multi.iter().map(|&i| run.axes[i].values[c.values[i]].label.clone()));
+        if run.repeat > 1 {
+            row.push(c.repeat.to_string());
+        }
+        let teardown = match (c.teardown_s, c.hung.iter().any(|h| h.phase.as_deref() == Some("teardown-start"))) {
+            (_, true) => "hang".to_string(),
+            (Some(s), _) => f2(s),
+            (None, _) => "-".into(),
+        };
+        row.push(c.nccl_version.clone().unwrap_or_else(|| "?".into()));
+        row.push(c.processes.iter().map(|p| p.outcome.short()).collect::<Vec<_>>().join(" "));
+        row.push(c.status.as_str().into());
+        row.push(f1(c.wall_s));
+        row.push(teardown);
+        row.push(c.warn_lines.to_string());
+        row.push(rules_cell(c));
+        row.push(c.verdict.map(|v| v.as_str().to_string()).unwrap_or_else(|| "-".into()));
+        row.push(c.leftovers.short());
+        rows.push(row);
+    }
+    (header, rows)
+}
+
+fn text_table(run: &Run) -> Table {
+    let (header, rows) = table_rows(run);
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+    t.set_header(header);
+    for r in rows {
+        t.add_row(r);
+    }
+    t
+}
+
+fn md_table(run: &Run, md: &mut Md) -> String {
+    let (header, rows) = table_rows(run);
+    let header: Vec<String> = header.iter().map(|h| inline(h)).collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| md.text(c)).collect()).collect();
+    table(&header, &rows)
+}
+
+/// `PARTIAL: ...` when the run did not finish, else None.
+pub fn partial_note(run: &Run) -> Option<String> {
+    match run.status {
+        RunStatus::Complete => None,
+        RunStatus::Interrupted => Some(format!(
+            "PARTIAL: interrupted by {} after {} of {} cells",
+            run.interrupted_by.as_deref().unwrap_or("a signal"),
+            run.cells.len(),
+            run.cells_planned
+        )),
+        RunStatus::Running => Some(format!(
+            "PARTIAL: {} of {} cells written; the run was still going (or epdoctor was killed)",
+            run.cells.len(),
+            run.cells_planned
+        )),
+    }
+}
+
+fn header_lines(run: &Run) -> Vec<String> {
+    let mut v = Vec::new();
+    let what = if run.workload == "command" {
+        format!("your command `{}`", run.command.join(" "))
+    } else {
+        let n = run.ranks.unwrap_or(0);
+        format!("the built-in workload, {n} rank{}", if n == 1 { "" } else { "s" })
+    };
+    v.push(format!(
+        "{} cells: {what}; deadline {} s, grace {} s; started {}; epdoctor {}",
+        run.cells_planned, run.timeout_s, run.grace_s, run.started, run.tool_version
+    ));
+    if !run.fixed_env.is_empty() {
+        let e: Vec<String> = run.fixed_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        v.push(format!("Every cell: {} (epdoctor's default; set it with --env to change)", e.join(" ")));
+    }
+    for a in &run.axes {
+        if a.kind == AxisKind::NcclLib {
+            let libs: Vec<String> = a
+                .values
+                .iter()
+                .map(|x| {
+                    if x.value.is_empty() {
+                        format!("{} = the loader's choice", x.label)
+                    } else {
+                        format!("{} = {}", x.label, x.value)
+                    }
+                })
+                .collect();
+            v.push(format!("NCCL libraries: {}", libs.join("; ")));
+        } else if a.values.len() == 1 {
+            v.push(format!("{}: {}", a.name, a.values[0].label));
+        }
+    }
+    for f in &run.lint {
+        let e = &f.evidence[0];
+        v.push(format!("lint predicts: {}:{}: {} [{}] {}", e.source, e.line, f.severity.as_str(), f.rule, f.title));
+    }
+    v
+}
+
+/// Last non-empty line of a file, shortened.
+pub fn last_line(path: &Path) -> Option<String> {
+    let text = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let l = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    Some(if l.chars().count() > 200 {
+        format!("{}...", l.chars().take(200).collect::<String>())
+    } else {
+        l.to_string()
+    })
+}
+
+/// What the table cannot show: hangs, failures, leftovers, engine errors.
+fn notes(run: &Run, dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    // The same failure in every rank and cell is shown once.
+    let mut shown = std::collections::HashSet::new();
+    for c in &run.cells {
+        if c.status != CellStatus::Ok {
+            v.push(format!("cell {} ({}): {}", c.index, c.id, c.detail));
+            if c.status == CellStatus::Failed {
+                for p in c.processes.iter().filter(|p| p.outcome.exit_code != Some(0)) {
+                    match last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                        Some(l) if shown.insert(l.clone()) => v.push(format!("  {} last line: {l}", p.log)),
+                        Some(_) => v.push(format!("  {} last line: as above", p.log)),
+                        None => {}
+                    }
+                }
+            }
+        }
+        for l in c.leftovers.lines() {
+            v.push(format!("cell {}: {}", c.index, l.trim_start_matches("[epdoctor-harness] ")));
+        }
+        if let Some(e) = &c.explain_error {
+            v.push(format!("cell {}: explain failed: {e}", c.index));
+        }
+    }
+    v
+}
+
+pub fn text(run: &Run, dir: &Path) -> String {
+    let mut s = String::new();
+    if let Some(p) = partial_note(run) {
+        let _ = writeln!(s, "{p}");
+    }
+    for l in header_lines(run) {
+        let _ = writeln!(s, "{l}");
+    }
+    let _ = writeln!(s, "{}", text_table(run));
+    if !run.effects.is_empty() {
+        let _ = writeln!(s, "\nEffect of each axis (one value against the first, everything else equal):");
+        for e in &run.effects {
+            let _ = writeln!(s, "  {}", effect_line(e));
+        }
+    }
+    if !run.where_fired.is_empty() {
+        let _ = writeln!(s, "\nWhere each rule and outcome was seen:");
+        for w in &run.where_fired {
+            let _ = writeln!(s, "  {}", site_line(w));
+        }
+    }
+    let n = notes(run, dir);
+    if !n.is_empty() {
+        let _ = writeln!(s, "\nNotes:");
+        for l in n {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
+    let _ = writeln!(s, "\nRun folder: {} (report.md, cells.json, cells/*/ with every log)", dir.display());
+    s
+}
+
+/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
+pub(crate) const HEADING: &str = "# epdoctor repro";
+
+/// report.md, or the repro section of `report` (`level`: the heading level of its title).
+pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> String {
+    // Learn every host in what the ranks printed first, so each gets its pseudonym everywhere.
+    for c in &run.cells {
+        for p in &c.processes {
+            if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                md.learn(&l);
+            }
+        }
+        if let Some(e) = c.primary.as_ref().and_then(|p| p.evidence.as_ref()) {
+            md.learn(e);
+        }
+    }
+    let mut s = heading(level, "epdoctor repro");
+    s.push('\n');
+    if let Some(p) = partial_note(run) {
+        let _ = writeln!(s, "**{}**\n", md.text(&p));
+    }
+    for l in header_lines(run) {
+        let _ = writeln!(s, "- {}", md.text(&l));
+    }
+    let _ = writeln!(s, "\n{}", md_table(run, md));
+    if !run.effects.is_empty() {
+        s.push_str(&heading(level + 1, "Effect of each axis"));
+        let _ = writeln!(s, "\nOne value against the axis' first value, everything else equal.\n");
+        for e in &run.effects {
+            let _ = writeln!(s, "- {}", md.text(&effect_line(e)));
+        }
+        s.push('\n');
+    }
+    if !run.where_fired.is_empty() {
+        s.push_str(&heading(level + 1, "Where each rule and outcome was seen"));
+        s.push('\n');
+        for w in &run.where_fired {
+            let _ = writeln!(s, "- {}", md.text(&site_line(w)));
+        }
+        s.push('\n');
+    }
+    s.push_str(&heading(level + 1, "Cells"));
+    s.push('\n');
+    for c in &run.cells {
+        let axes: Vec<String> =
+            run.axes.iter().zip(&c.values).map(|(a, &i)| format!("{}={}", a.name, a.values[i].label)).collect();
+        s.push_str(&heading(level + 2, &format!("{} {}", c.index, md.code(&c.id))));
+        s.push('\n');
+        let _ = writeln!(s, "- settings: {}", md.text(&axes.join(", ")));
+        let detail = if c.detail == c.status.as_str() { String::new() } else { format!(" ({})", c.detail) };
+        let _ =
+            writeln!(s, "- status: {}, wall {} s", md.text(&format!("{}{detail}", c.status.as_str())), f1(c.wall_s));
+        if let Some(v) = &c.nccl_version {
+            let t = c.transport.as_deref().map(|t| format!(", transport {t}")).unwrap_or_default();
+            let _ = writeln!(s, "- NCCL ran: {}", md.text(&format!("{v}{t}")));
+        }
+        let mut notes: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for (rank, m) in &c.markers {
+            for n in &m.notes {
+                notes.entry(n.as_str()).or_default().push(rank.as_str());
+            }
+        }
+        for (n, ranks) in notes {
+            let _ = writeln!(s, "- note (rank {}): {}", md.text(&ranks.join(", ")), md.text(n));
+        }
+        for p in &c.processes {
+            let _ = writeln!(
+                s,
+                "- process {}: {} (log {})",
+                md.text(&p.outcome.label),
+                md.text(&p.outcome.short()),
+                md.code(&p.log)
+            );
+            if p.outcome.exit_code != Some(0) {
+                if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                    let _ = writeln!(s, "  - last line: {}", md.code(&l));
+                }
+            }
+        }
+        if let Some(p) = &c.primary {
+            let _ = writeln!(s, "- primary finding: {} {}", md.code(&p.rule), md.text(&p.title));
+            if let Some(e) = &p.evidence {
+                let from = p.source.as_deref().map(|x| format!(" ({})", md.text(x))).unwrap_or_default();
+                let _ = writeln!(s, "  - {}{from}", md.code(e));
+            }
+        }
+        if let Some(e) = &c.explain_error {
+            let _ = writeln!(s, "- explain failed: {}", md.text(e));
+        }
+        if !c.stacks.is_empty() {
+            let _ = writeln!(s, "- stacks at the deadline (raw in {}):", md.code(crate::repro::stacks::STACKS_DIR));
+        }
+        for st in &c.stacks {
+            let who = if st.rank.starts_with("pid ") {
+                st.rank.clone()
+            } else {
+                format!("rank {} (pid {})", st.rank, st.pid)
+            };
+            let _ = writeln!(s, "  - {}, via {}: {}", md.text(&who), md.text(&st.tool), md.code(&st.waits));
+            for o in &st.others {
+                let _ = writeln!(s, "    - thread {}", md.code(o));
+            }
+        }
+        for l in c.leftovers.lines() {
+            let _ = writeln!(s, "- {}", md.text(l.trim_start_matches("[epdoctor-harness] ")));
+        }
+        s.push('\n');
+    }
+    s
+}
