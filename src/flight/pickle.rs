@@ -355,7 +355,7 @@ impl Parser<'_> {
                     let v = self.pop_mark()?;
                     self.push(Value::Tuple(v))?
                 }
-                0x85 | 0x86 | 0x87 => {
+                0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     let mut v = Vec::with_capacity(n);
                     for _ in 0..n {

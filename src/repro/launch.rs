@@ -116,6 +116,9 @@ struct Running {
 }
 
 /// Start every spec, wait for all of them, enforce the deadline and interrupts.
+/// Called at the deadline with the (label, pid) of the processes still running; returns harness lines.
+pub type AtDeadline<'a> = dyn FnMut(&[(String, i32)]) -> Vec<String> + 'a;
+
 /// `tick` runs about every 10 ms while waiting (progress bar); `at_deadline` runs once at the
 /// deadline, before any SIGTERM, with the (label, pid) of every process still running.
 pub fn execute(
@@ -123,7 +126,7 @@ pub fn execute(
     limits: &Limits,
     stop: &dyn Interrupts,
     tick: &mut dyn FnMut(),
-    at_deadline: &mut dyn FnMut(&[(String, i32)]) -> Vec<String>,
+    at_deadline: &mut AtDeadline,
 ) -> Execution {
     let start = Instant::now();
     let start_unix = unix_now();
