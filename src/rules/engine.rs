@@ -16,7 +16,8 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use anyhow::Result;
 use regex::{Regex, RegexSet};
 
-use super::schema::{self, Fingerprint, Marker, Outcome, OutcomeMarker, Phase, Rule};
+use super::catalog::Sites;
+use super::schema::{self, Marker, Outcome, OutcomeMarker, Phase, Rule};
 use super::version::Version;
 use crate::log::records::{Assembler, Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
@@ -77,9 +78,8 @@ pub struct Engine {
     pub rules: Vec<Rule>,
     markers: Vec<(Marker, Regex)>,
     outcome_markers: Vec<OutcomeMarker>,
-    fingerprints: Vec<Fingerprint>,
-    /// Line number -> files of the fingerprint sites with that line (see `known_site`).
-    known_sites: HashMap<u32, Vec<String>>,
+    /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml).
+    sites_db: Sites,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
     /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
     /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
@@ -101,13 +101,7 @@ impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
         let outcome_markers = schema::load_outcome_markers()?;
-        let fingerprints = schema::load_fingerprints()?;
-        let mut known_sites: HashMap<u32, Vec<String>> = HashMap::new();
-        for (f, l) in fingerprints.iter().flat_map(|fp| &fp.sites).filter_map(|s| s.rsplit_once(':')) {
-            if let Ok(l) = l.parse() {
-                known_sites.entry(l).or_default().push(f.to_string());
-            }
-        }
+        let sites_db = Sites::builtin()?;
         let nccl_version_re =
             Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
         let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
@@ -166,8 +160,7 @@ impl Engine {
             rules,
             markers,
             outcome_markers,
-            fingerprints,
-            known_sites,
+            sites_db,
             ascii_set,
             unicode_set,
             pats,
@@ -496,11 +489,14 @@ impl Engine {
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
-        // Fingerprint sites: WARN lines only (INFO unwinding lines name other sites).
-        if level == Level::Warn && rec.kind == log::Kind::Nccl {
+        // Fingerprint sites: WARN and ATTN lines only (INFO unwinding lines name other sites).
+        if matches!(level, Level::Warn | Level::Attn) && rec.kind == log::Kind::Nccl {
             if let Some((f, ln)) = rec.site {
-                if self.known_site(f, ln) && st.sites.len() < SITES_CAP && st.sites.insert((f.to_string(), ln)) {
-                    st.sites_seq.push((f.to_string(), ln));
+                if let Some(id) = self.sites_db.lookup(f, ln, rec.msg) {
+                    let key = (format!("{f}:{ln}"), id);
+                    if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
+                        st.sites_seq.push(key);
+                    }
                 }
             }
         }
@@ -524,7 +520,7 @@ impl Engine {
             st.add_outcome(o, &hit);
         }
         if cands.is_empty() {
-            if hit.warn && outcome.is_none() {
+            if hit.warn && outcome != Some(Outcome::Succeeded) {
                 if log::is_unrelated_warning(line) {
                     st.add_unrelated(hit);
                 } else {
@@ -656,6 +652,10 @@ impl Engine {
                 nccl_out = Some(min.to_string());
             }
             notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
+        } else if let Some(n) = st.torch_version.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
+            nccl = Version::parse(&n.value);
+            nccl_out = Some(n.value.clone());
+            notes.push(n);
         }
         let torch = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
@@ -925,51 +925,10 @@ impl Engine {
 
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
     fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
-        let mut cand: Option<BTreeSet<usize>> = None;
-        let mut used = Vec::new();
-        for (file, line) in sites {
-            let hits: BTreeSet<usize> = self
-                .fingerprints
-                .iter()
-                .enumerate()
-                .filter(|(_, fp)| {
-                    fp.sites.iter().any(|s| {
-                        s.rsplit_once(':').is_some_and(|(f, l)| {
-                            l.parse() == Ok(*line) && (file == f || file.ends_with(&format!("/{f}")))
-                        })
-                    })
-                })
-                .map(|(i, _)| i)
-                .collect();
-            if hits.is_empty() {
-                continue;
-            }
-            used.push(format!("{file}:{line}"));
-            cand = Some(match cand {
-                None => hits,
-                Some(c) => {
-                    let i: BTreeSet<usize> = c.intersection(&hits).copied().collect();
-                    if i.is_empty() {
-                        return None;
-                    }
-                    i
-                }
-            });
-        }
-        let c = cand?;
-        let min = c.iter().filter_map(|&i| Version::parse(&self.fingerprints[i].min)).min()?;
-        let max = c.iter().filter_map(|&i| Version::parse(&self.fingerprints[i].max)).max()?;
+        let (min, max) = self.sites_db.infer(sites.iter().map(|(_, id)| *id))?;
+        let mut used: Vec<String> = sites.iter().map(|(s, _)| s.clone()).collect();
+        used.dedup();
         Some((min, max, used))
-    }
-}
-
-impl Engine {
-    /// Whether `file:line` is a WARN site of `rules/fingerprints.toml` (the only sites
-    /// `infer_nccl` can use).
-    fn known_site(&self, file: &str, line: u32) -> bool {
-        self.known_sites.get(&line).is_some_and(|fs| {
-            fs.iter().any(|f| file == f || (file.ends_with(f.as_str()) && file[..file.len() - f.len()].ends_with('/')))
-        })
     }
 }
 

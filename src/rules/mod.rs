@@ -1,5 +1,6 @@
 //! The rule base: schema and loading, the matcher, fixtures.
 
+pub mod catalog;
 pub mod engine;
 pub mod fixtures;
 pub mod schema;

@@ -1,0 +1,778 @@
+#!/usr/bin/env python3
+"""Build the message catalogue under rules/catalog/ from the libraries' own releases.
+
+    python3 scripts/catalog/generate.py --fetch     # fill the cache (git, wheels, PyPI), then generate
+    python3 scripts/catalog/generate.py             # offline: generate from the cache only
+
+The cache (default .cache/catalog/, git-ignored) holds what was read from the network: the NCCL git
+mirror (or pass --nccl-git DIR to use one you have), what was extracted from the NCCL and torch wheels
+(the wheels themselves are deleted once read), and the torch wheels' METADATA. The output is
+deterministic (sorted, no dates), so a rerun on the same cache gives the same files. See
+docs/catalog.md for what each output file holds.
+"""
+
+import argparse
+import bisect
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import urllib.request
+import zipfile
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "rules", "catalog")
+
+# NCCL: source tags read, and the releases that exist only as wheels (past the last tag).
+NCCL_GIT_URL = "https://github.com/NVIDIA/nccl"
+NCCL_MIN = (2, 18, 1)
+NCCL_WHEEL_ONLY = ["2.31.2", "2.32.3"]
+NCCL_WHEEL = "nvidia-nccl-cu13"
+# Host code of NCCL: every directory but device kernels and the vendored NVTX headers.
+NCCL_SKIP_DIRS = ("src/device/", "src/collectives/device/", "src/include/nvtx3/", "src/nccl_device/")
+NCCL_EXTS = (".cc", ".cpp", ".h", ".hpp", ".c")
+# ncclDebugLogLevel (include/nccl_common.h); 6 is the ATTN level 2.32 adds (read from its code).
+NCCL_LEVELS = {1: "VERSION", 2: "WARN", 3: "INFO", 4: "ABORT", 5: "TRACE", 6: "ATTN"}
+
+TORCH_VERSIONS = ["2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
+                  "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+TORCH_PY_DIRS = ("torch/distributed/",)
+# Of those, the process-group, store, launcher and elastic code (not FSDP, DTensor, checkpointing...).
+TORCH_PY_KEEP = re.compile(r"torch/distributed/(?:[^/]+\.py|elastic/.*|launcher/.*)$")
+# C++ sources of c10d and their messages live in these libraries of the wheel.
+TORCH_LIBS = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cpu.so")
+
+
+# ---------------------------------------------------------------------------------------------
+# Families: which part of the library a site belongs to (coverage is counted per family).
+
+def nccl_family(path, fmt):
+    p = path[4:] if path.startswith("src/") else path
+    low = fmt.lower()
+    if re.search(r"destroy|abort|finaliz|cleanup|commfree|teardown", low):
+        return "teardown"
+    if p.startswith("ras/"):
+        return "ras"
+    if p == "proxy.cc" or "proxy" in p:
+        return "proxy"
+    if "socket" in p or p.startswith("os/"):
+        return "socket"
+    if p == "bootstrap.cc":
+        return "bootstrap"
+    if "shm" in p:
+        return "shm"
+    if p.startswith(("transport/net", "plugin/net", "transport/coll_net")) or "/net_" in p or p.startswith("net"):
+        return "net"
+    if p.startswith(("transport/", "transport.cc", "register/", "gin/")):
+        return "transport"
+    if p.startswith(("init", "graph/", "misc/", "plugin/", "param", "channel", "mnnvl", "allocator",
+                     "mem_manager", "dev_runtime", "debug", "include/")):
+        return "init"
+    return "other"
+
+
+def torch_family(path, text):
+    low = text.lower()
+    if "elastic" in path or "/run.py" in path or "launch" in path:
+        return "elastic"
+    if "heartbeat" in low or "watchdog" in low or "timeout" in low and "ProcessGroupNCCL" in path:
+        return "watchdog"
+    if "store" in low or "TCPStore" in path or "rendezvous" in path:
+        return "store"
+    if re.search(r"destroy|shutdown|abort|destruct|exit", low):
+        return "teardown"
+    return "c10d"
+
+
+# ---------------------------------------------------------------------------------------------
+# C/C++ source scanning
+
+CALL_RE = re.compile(r"(?<![A-Za-z0-9_])(WARN|INFO|INFO_LOC|WARN_ONCE)\s*\(")
+PRI = {"PRIu64": "lu", "PRId64": "ld", "PRIx64": "lx", "PRIX64": "lX", "PRIi64": "li", "PRIu32": "u",
+       "PRId32": "d", "PRIx32": "x", "PRIu16": "u", "PRIu8": "u", "PRIuPTR": "lu", "PRIxPTR": "lx",
+       "PRId8": "d", "PRIi32": "i"}
+
+
+def strip_comments(src):
+    """Comments replaced by spaces (newlines kept, so that line numbers stay right)."""
+    out = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if c == "/" and i + 1 < n and src[i + 1] == "/":
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c == "/" and i + 1 < n and src[i + 1] == "*":
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(ch if ch == "\n" else " " for ch in src[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c:
+                if src[j] == "\\":
+                    j += 1
+                if j < n and src[j] == "\n":
+                    break
+                j += 1
+            out.append(src[i:j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def split_args(src, start):
+    """Arguments of the call whose '(' is at src[start-1]: (list of arg texts, end index)."""
+    depth, i, n = 0, start, len(src)
+    args, cur = [], []
+    while i < n:
+        c = src[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c:
+                j += 2 if src[j] == "\\" else 1
+            cur.append(src[i:j + 1])
+            i = j + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                args.append("".join(cur).strip())
+                return args, i
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    return None, n
+
+
+LIT_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"|([A-Za-z_][A-Za-z0-9_]*)|(\s+)|(.)', re.S)
+
+
+def literal(expr):
+    """The C string a format argument denotes, escapes kept as written; None if not a literal."""
+    parts = []
+    for m in LIT_RE.finditer(expr):
+        s, ident, ws, other = m.groups()
+        if s is not None:
+            parts.append(s)
+        elif ident is not None:
+            if ident in PRI:
+                parts.append(PRI[ident])
+            elif ident in ("u8", "L", "u", "U") and m.end() < len(expr) and expr[m.end()] == '"':
+                continue
+            else:
+                return None
+        elif ws is not None:
+            continue
+        else:
+            return None
+    return "".join(parts) if parts else None
+
+
+def c_unescape(s):
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r"}.get(
+        m.group(1), m.group(1)), s)
+
+
+def scan_c(path, text):
+    """WARN/INFO sites of one file: (line, level, subsys, fmt, in_macro)."""
+    src = strip_comments(text)
+    line_starts = [0]
+    for m in re.finditer("\n", src):
+        line_starts.append(m.end())
+    sites = []
+    for m in CALL_RE.finditer(src):
+        line = bisect.bisect_right(line_starts, m.start())
+        ls = line_starts[line - 1]
+        le = src.find("\n", m.start())
+        head = src[ls:m.start()]
+        if re.match(r"\s*#\s*define\s+" + m.group(1) + r"\b", head + src[m.start():le]):
+            continue  # the macro's own definition
+        args, end = split_args(src, m.end())
+        if not args:
+            continue
+        # NVIDIA's builds give a call that spans lines the line of its closing parenthesis (checked
+        # against the immediates in the 2.30.7 wheel's code: 123 of 136 multi-line WARNs, none by the
+        # first line).
+        line = bisect.bisect_right(line_starts, end)
+        kind = m.group(1)
+        if kind in ("WARN", "WARN_ONCE"):
+            level, subsys, fmt_arg = "WARN", "", args[0]
+        else:
+            if len(args) < 2:
+                continue
+            level, subsys, fmt_arg = "INFO", re.sub(r"\s+", "", args[0]), args[1]
+        fmt = literal(fmt_arg)
+        if fmt is None:
+            continue  # a format held in a variable: nothing to match on
+        # Inside a multi-line #define: __FILE__/__LINE__ are the caller's, not this site's.
+        k, in_macro = line - 1, False
+        while k > 0 and src[line_starts[k - 1]:line_starts[k]].rstrip("\n").endswith("\\"):
+            k -= 1
+            if re.match(r"\s*#\s*define", src[line_starts[k]:]):
+                in_macro = True
+                break
+        if re.match(r"\s*#\s*define", src[ls:]):
+            in_macro = True
+        sites.append((line, level, subsys, fmt, in_macro))
+    return sites
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL from git
+
+def git(gitdir, *args, inp=None):
+    return subprocess.run(["git", "--git-dir", gitdir, *args], input=inp, capture_output=True, check=True).stdout
+
+
+def nccl_tags(gitdir):
+    tags = []
+    for t in git(gitdir, "tag").decode().split():
+        m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)-(\d+)", t)
+        if m and tuple(map(int, m.groups()[:3])) >= NCCL_MIN:
+            tags.append((tuple(map(int, m.groups())), t))
+    tags.sort()
+    # One tag per release: the highest -N suffix.
+    best = {}
+    for v, t in tags:
+        best[v[:3]] = t
+    return [(".".join(map(str, v)), best[v]) for v in sorted(best)]
+
+
+def nccl_source_sites(gitdir, tag):
+    listing = git(gitdir, "ls-tree", "-r", tag, "src").decode().splitlines()
+    blobs = []
+    for row in listing:
+        meta, path = row.split("\t", 1)
+        if path.startswith(NCCL_SKIP_DIRS) or not path.endswith(NCCL_EXTS):
+            continue
+        blobs.append((path, meta.split()[2]))
+    out = subprocess.run(["git", "--git-dir", gitdir, "cat-file", "--batch"],
+                         input="".join(b + "\n" for _, b in blobs).encode(), capture_output=True, check=True).stdout
+    pos, sites = 0, []
+    for path, _ in blobs:
+        nl = out.index(b"\n", pos)
+        size = int(out[pos:nl].split()[2])
+        body = out[nl + 1:nl + 1 + size].decode("utf-8", "replace")
+        pos = nl + 1 + size + 1
+        rel = path[4:]  # NCCL's __FILE__ is relative to src/
+        for line, level, subsys, fmt, in_macro in scan_c(path, body):
+            sites.append((rel, line, level, subsys, fmt, in_macro))
+    return sites
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL from a wheel's libnccl.so.2: the calls of ncclDebugLogInternal, with their immediates.
+
+def elf_sections(data):
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    secs = []
+    for i in range(shnum):
+        name, typ, flags, addr, off, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        secs.append([name, addr, off, size])
+    strtab = secs[shstrndx]
+    for s in secs:
+        end = data.index(b"\0", strtab[2] + s[0])
+        s[0] = data[strtab[2] + s[0]:end].decode()
+    return secs
+
+
+def cstring_at(data, secs, addr):
+    for name, a, off, size in secs:
+        if name.startswith(".rodata") and a <= addr < a + size:
+            p = off + (addr - a)
+            return data[p:data.index(b"\0", p)].decode("utf-8", "replace")
+    return None
+
+
+INSN = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
+RIP_TARGET = re.compile(r"#\s*([0-9a-f]+)")
+
+
+def nccl_binary_sites(so_path):
+    """(file, line, level, fmt) for each call of ncclDebugLogInternal, read from the code around it.
+
+    From each load of a format string into %r9 (its 6th argument), the path to the call is followed
+    (through the unconditional jumps of tail-merged calls), with the registers loaded with
+    immediates: %edi the level, %rdx __FILE__, %r8d __LINE__. A value the code computes stays unknown.
+    """
+    data = open(so_path, "rb").read()
+    secs = elf_sections(data)
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".text", so_path],
+                         capture_output=True, check=True, text=True).stdout.splitlines()
+    ins = []
+    for row in asm:
+        m = INSN.match(row)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+
+    def effect(op, args, regs):
+        """Track immediates and rip-relative addresses loaded into registers."""
+        parts = args.split("#")[0].strip()
+        if "," not in parts:
+            return
+        src, dst = parts.rsplit(",", 1)
+        dst = dst.strip().lstrip("%")
+        if op == "lea" and "(%rip)" in src:
+            t = RIP_TARGET.search(args)
+            if t:
+                regs[dst] = ("addr", int(t.group(1), 16))
+                return
+        if op in ("mov", "movl") and src.startswith("$"):
+            regs[dst] = ("imm", int(src[1:], 16))
+            return
+        if op == "xor" and src.strip() == "%" + dst:
+            regs[dst] = ("imm", 0)
+            return
+        regs.pop(dst, None)
+
+    sites = []
+    for i, (a, op, args) in enumerate(ins):
+        if op != "lea" or not args.rstrip().split("#")[0].strip().endswith(",%r9") or "(%rip)" not in args:
+            continue
+        regs = {}
+        j = i - 1
+        back = []
+        while j >= 0 and i - j <= 30 and ins[j][1] not in ("call", "jmp", "ret") and not ins[j][1].startswith("j"):
+            back.append(ins[j])
+            j -= 1
+        for _, bop, bargs in reversed(back):
+            effect(bop, bargs, regs)
+        k, steps, found = i, 0, False
+        while k < len(ins) and steps < 60:
+            _, kop, kargs = ins[k]
+            if kop == "call":
+                found = "ncclDebugLogInternal" in kargs
+                break
+            if kop == "ret":
+                break
+            if kop == "jmp":
+                t = re.match(r"([0-9a-f]+)", kargs.strip())
+                if not t or int(t.group(1), 16) not in at:
+                    break
+                k = at[int(t.group(1), 16)]
+                steps += 1
+                continue
+            effect(kop, kargs, regs)
+            k += 1
+            steps += 1
+        if not found:
+            continue
+        fmt, lvl, file, line = regs.get("r9"), regs.get("edi"), regs.get("rdx"), regs.get("r8d")
+        if not fmt or fmt[0] != "addr":
+            continue
+        f = cstring_at(data, secs, fmt[1])
+        if f is None:
+            continue
+        sites.append((
+            cstring_at(data, secs, file[1]) if file and file[0] == "addr" else None,
+            line[1] if line and line[0] == "imm" else None,
+            NCCL_LEVELS.get(lvl[1], "?") if lvl and lvl[0] == "imm" else "?",
+            f,
+        ))
+    return sorted(set(sites), key=lambda s: (s[0] or "", s[1] or 0, s[2], s[3]))
+
+
+def c_escape(s):
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r").replace('"', '\\"')
+
+
+# ---------------------------------------------------------------------------------------------
+# PyPI (simple JSON API; PyPI's /pypi/<name>/<ver>/json is not reachable from every network)
+
+def simple_index(name):
+    req = urllib.request.Request(f"https://pypi.org/simple/{name}/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.load(r)
+
+
+def pick_wheel(index, version, want=("manylinux", "x86_64")):
+    files = [f for f in index["files"]
+             if f["filename"].split("-")[1] == version and f["filename"].endswith(".whl")
+             and all(w in f["filename"] for w in want) and not f.get("yanked")]
+    # cp311 first (any build of the release has the same messages), else any.
+    files.sort(key=lambda f: (("cp311" not in f["filename"]), f["filename"]))
+    return files[0] if files else None
+
+
+def http_get(url, rng=None):
+    headers = {"Range": f"bytes={rng[0]}-{rng[1]}"} if rng else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=600) as r:
+        return r.read()
+
+
+class RemoteZip:
+    """Members of a zip read over HTTP range requests: a few files of a 1 GB wheel, not the wheel."""
+
+    def __init__(self, url, size):
+        self.url, self.size = url, size
+        tail = http_get(url, (max(0, size - 65536), size - 1))
+        eocd = tail.rindex(b"PK\x05\x06")
+        cd_size, cd_off = struct.unpack_from("<II", tail, eocd + 12)
+        if cd_off == 0xFFFFFFFF:  # zip64
+            loc = tail.rindex(b"PK\x06\x07")
+            z64_off, = struct.unpack_from("<Q", tail, loc + 8)
+            z64 = http_get(url, (z64_off, z64_off + 55))
+            cd_size, cd_off = struct.unpack_from("<QQ", z64, 40)
+        cd = http_get(url, (cd_off, cd_off + cd_size - 1))
+        self.members = {}
+        p = 0
+        while p + 46 <= len(cd) and cd[p:p + 4] == b"PK\x01\x02":
+            method, = struct.unpack_from("<H", cd, p + 10)
+            csize, usize = struct.unpack_from("<II", cd, p + 20)
+            nlen, xlen, clen = struct.unpack_from("<HHH", cd, p + 28)
+            off, = struct.unpack_from("<I", cd, p + 42)
+            name = cd[p + 46:p + 46 + nlen].decode()
+            extra = cd[p + 46 + nlen:p + 46 + nlen + xlen]
+            q = 0
+            while q + 4 <= len(extra):
+                hid, hlen = struct.unpack_from("<HH", extra, q)
+                if hid == 1:
+                    vals = list(struct.unpack_from("<%dQ" % (hlen // 8), extra, q + 4))
+                    if usize == 0xFFFFFFFF:
+                        usize = vals.pop(0)
+                    if csize == 0xFFFFFFFF:
+                        csize = vals.pop(0)
+                    if off == 0xFFFFFFFF:
+                        off = vals.pop(0)
+                q += 4 + hlen
+            self.members[name] = (method, csize, off)
+            p += 46 + nlen + xlen + clen
+
+    def read_many(self, names):
+        """{name: bytes} for members that lie close together: one range request for all of them."""
+        spans = sorted((self.members[n][2], n) for n in names)
+        out = {}
+        i = 0
+        while i < len(spans):
+            j, lo = i, spans[i][0]
+            # A chunk of up to 64 MiB of the wheel per request.
+            while j + 1 < len(spans) and spans[j + 1][0] - lo < (64 << 20):
+                j += 1
+            last = spans[j][1]
+            hi = self.members[last][2] + self.members[last][1] + 30 + 4096
+            blob = http_get(self.url, (lo, min(hi, self.size - 1)))
+            for off, name in spans[i:j + 1]:
+                method, csize, _ = self.members[name]
+                p = off - lo
+                nlen, xlen = struct.unpack_from("<HH", blob, p + 26)
+                raw = blob[p + 30 + nlen + xlen:p + 30 + nlen + xlen + csize]
+                out[name] = zlib.decompress(raw, -15) if method == 8 else raw
+            i = j + 1
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch: fill the cache
+
+def fetch(cache, gitdir):
+    os.makedirs(cache, exist_ok=True)
+    if not os.path.isdir(gitdir):
+        subprocess.run(["git", "clone", "--mirror", NCCL_GIT_URL, gitdir], check=True)
+    # NCCL releases that have no tag: the wheel's library, read and deleted.
+    bindir = os.path.join(cache, "nccl-bin")
+    os.makedirs(bindir, exist_ok=True)
+    for v in NCCL_WHEEL_ONLY:
+        dest = os.path.join(bindir, v + ".json")
+        if os.path.exists(dest):
+            continue
+        tmp = os.path.join(cache, "dl-" + v)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
+                        f"{NCCL_WHEEL}=={v}"], check=True)
+        whl = [f for f in os.listdir(tmp) if f.endswith(".whl")][0]
+        with zipfile.ZipFile(os.path.join(tmp, whl)) as z:
+            so = [n for n in z.namelist() if n.endswith("lib/libnccl.so.2")][0]
+            z.extract(so, tmp)
+        sites = nccl_binary_sites(os.path.join(tmp, so))
+        with open(dest, "w") as f:
+            json.dump({"wheel": whl, "sites": sorted(sites, key=lambda s: (s[0] or "", s[1] or 0, s[3]))}, f,
+                      indent=0)
+        shutil.rmtree(tmp)
+    # torch: each release's METADATA (the NCCL pin), its torch/distributed Python files, and the
+    # c10d strings of its C++ libraries.
+    index = simple_index("torch")
+    for v in TORCH_VERSIONS:
+        d = os.path.join(cache, "torch", v)
+        if os.path.exists(os.path.join(d, "done")):
+            continue
+        os.makedirs(d, exist_ok=True)
+        w = pick_wheel(index, v)
+        rz = RemoteZip(w["url"], w["size"])
+        meta = [n for n in rz.members if re.fullmatch(r"torch-[^/]+\.dist-info/METADATA", n)]
+        with open(os.path.join(d, "METADATA"), "wb") as f:
+            f.write(rz.read_many(meta)[meta[0]])
+        wanted = [n for n in rz.members if n.startswith(TORCH_PY_DIRS) and n.endswith(".py")]
+        for name, body in sorted(rz.read_many(wanted).items()):
+            p = os.path.join(d, "py", name)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(body)
+        with open(os.path.join(d, "wheel"), "w") as f:
+            f.write(w["filename"] + "\n")
+        open(os.path.join(d, "done"), "w").close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Generate
+
+def collapse(per_release, releases):
+    """{key: set(release index)} -> [(key, first, last)] with one row per run of consecutive releases."""
+    rows = []
+    for key, idxs in per_release.items():
+        idxs = sorted(idxs)
+        start = prev = idxs[0]
+        for i in idxs[1:] + [None]:
+            if i is not None and i == prev + 1:
+                prev = i
+                continue
+            rows.append((key, releases[start], releases[prev]))
+            if i is not None:
+                start = prev = i
+    return rows
+
+
+def vkey(v):
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def tsv_field(s):
+    return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+def generate_nccl(cache, gitdir):
+    releases, sources = [], {}
+    per = {}  # (file, line, level, subsys, fmt) -> {release idx}
+    origins = {}  # same key -> {source, macro, binary}
+    tags = nccl_tags(gitdir)
+    for v, tag in tags:
+        releases.append(v)
+        sources[v] = f"git tag {tag}"
+    for v in NCCL_WHEEL_ONLY:
+        p = os.path.join(cache, "nccl-bin", v + ".json")
+        if os.path.exists(p):
+            releases.append(v)
+    releases.sort(key=vkey)
+    for v, tag in tags:
+        i = releases.index(v)
+        for rel, line, level, subsys, fmt, in_macro in nccl_source_sites(gitdir, tag):
+            key = (rel, line, level, subsys, fmt)
+            per.setdefault(key, set()).add(i)
+            origins.setdefault(key, set()).add("macro" if in_macro else "source")
+    for v in NCCL_WHEEL_ONLY:
+        p = os.path.join(cache, "nccl-bin", v + ".json")
+        if not os.path.exists(p):
+            continue
+        d = json.load(open(p))
+        sources[v] = "wheel " + d["wheel"]
+        i = releases.index(v)
+        for file, line, level, fmt in d["sites"]:
+            if level in ("TRACE", "VERSION"):
+                continue
+            # The binary gives the level and __FILE__/__LINE__ as compiled; `binary` says so.
+            key = ((file or "?").split("/src/")[-1], line or 0, level, "", c_escape(fmt))
+            per.setdefault(key, set()).add(i)
+            origins.setdefault(key, set()).add("binary")
+    rows = collapse(per, releases)
+    rows.sort(key=lambda r: (r[0][0], r[0][1], vkey(r[1]), r[0][2], r[0][4]))
+    lines = ["# NCCL message sites per release: generated by scripts/catalog/generate.py; do not edit.",
+             "# first/last: the run of consecutive catalogued releases (releases.tsv) that have the site.",
+             "# origin: source (WARN/INFO call read from the tag), macro (inside a #define: file:line are "
+             "the caller's), binary (read from the wheel's machine code: level, file and line as compiled).",
+             "file\tline\tlevel\tsubsys\tfirst\tlast\tfamily\torigin\tformat"]
+    for key, first, last in rows:
+        rel, line, level, subsys, fmt = key
+        lines.append("\t".join([rel, str(line), level, subsys, first, last, nccl_family(rel, c_unescape(fmt)),
+                                "+".join(sorted(origins[key])), tsv_field(fmt)]))
+    return releases, sources, lines, [(k + ("+".join(sorted(origins[k])),), f, l) for k, f, l in rows]
+
+
+def torch_pins(cache):
+    rows = []
+    for v in TORCH_VERSIONS:
+        p = os.path.join(cache, "torch", v, "METADATA")
+        if not os.path.exists(p):
+            continue
+        meta = open(p, encoding="utf-8").read()
+        wheel = open(os.path.join(cache, "torch", v, "wheel")).read().strip()
+        pin = ""
+        for m in re.finditer(r"^Requires-Dist: (nvidia-nccl-cu\d+)\s*\(?==\s*([0-9.]+)", meta, re.M):
+            pin = m.group(2)
+            pkg = m.group(1)
+        rows.append((v, pin, pkg if pin else "", wheel))
+    return rows
+
+
+PY_MSG = re.compile(
+    r"(?:raise\s+[A-Za-z_.]+\(|(?:logger|log|logging|_logger)\.(warning|error|info|exception|critical|warn)\(|warnings\.warn\()")
+
+
+def py_sites(path, text):
+    """Messages raised or logged in a Python file: (line, kind, text with {} for each placeholder)."""
+    out = []
+    lines = text.split("\n")
+    for m in PY_MSG.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        kind = "raise" if m.group(0).startswith("raise") else (
+            "warn" if m.group(0).startswith("warnings") else m.group(1))
+        args, _ = split_args(text, m.end())
+        if not args or not args[0]:
+            continue
+        msg = py_literal(args[0])
+        if msg is None or len(re.sub(r"\{\}|%\w", "", msg).strip()) < 8:
+            continue
+        out.append((line, kind, msg))
+    return out
+
+
+PY_STR = re.compile(r'''([rRfFbBuU]{0,2})("""|\'\'\'|"|')''')
+
+
+def py_literal(expr):
+    """Adjacent Python string literals (f-strings: each {...} becomes {}), else None."""
+    parts, i, n = [], 0, len(expr)
+    while i < n:
+        if expr[i] in " \t\n\\()":
+            i += 1
+            continue
+        m = PY_STR.match(expr, i)
+        if not m:
+            return "".join(parts) if parts else None
+        prefix, q = m.groups()
+        j = m.end()
+        k = expr.find(q, j)
+        while k > 0 and q in "\"'" and expr[k - 1] == "\\" and expr[k - 2] != "\\":
+            k = expr.find(q, k + 1)
+        if k < 0:
+            return None
+        body = expr[j:k]
+        if "f" in prefix.lower():
+            body = re.sub(r"\{[^{}]*\}", "{}", body)
+        parts.append(body.replace("\n", " "))
+        i = k + len(q)
+    return "".join(parts) if parts else None
+
+
+def generate_torch(cache):
+    releases = [v for v in TORCH_VERSIONS if os.path.exists(os.path.join(cache, "torch", v, "done"))]
+    per = {}
+    for i, v in enumerate(releases):
+        base = os.path.join(cache, "torch", v, "py")
+        for dirpath, _, files in os.walk(base):
+            for fn in files:
+                full = os.path.join(dirpath, fn)
+                rel = os.path.relpath(full, base)
+                if not TORCH_PY_KEEP.match(rel):
+                    continue
+                for line, kind, msg in py_sites(rel, open(full, encoding="utf-8", errors="replace").read()):
+                    per.setdefault((rel, line, kind, msg, "python"), set()).add(i)
+    rows = collapse(per, releases)
+    rows.sort(key=lambda r: (r[0][0], r[0][1], vkey(r[1]), r[0][2], r[0][3]))
+    lines = ["# torch.distributed message sites per release: generated by scripts/catalog/generate.py; do not edit.",
+             "# Python sites from each release wheel's torch/distributed/*.py: raise X(...), logger.<level>(...), "
+             "warnings.warn(...); f-string fields are written {}.",
+             "file\tline\tlevel\tfirst\tlast\tfamily\torigin\tformat"]
+    for (rel, line, kind, msg, origin), first, last in rows:
+        lines.append("\t".join([rel, str(line), kind, first, last, torch_family(rel, msg), origin, tsv_field(msg)]))
+    return releases, lines, rows
+
+
+def write(name, lines):
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def fmt_prefix(fmt):
+    """The literal text a format starts with (up to its first conversion), for telling apart two
+    messages printed from one file:line in different releases."""
+    head = c_unescape(fmt).split("%")[0].strip()
+    return head[:48]
+
+
+def fingerprints_toml(releases, rows, pins):
+    """WARN/ATTN sites (file:line, message start) whose release set is not every release."""
+    by_site = {}
+    for (rel, line, level, subsys, fmt, origin), first, last in rows:
+        if level not in ("WARN", "ATTN") or "macro" in origin or rel == "?" or not line:
+            continue
+        i, j = releases.index(first), releases.index(last)
+        by_site.setdefault((f"{rel}:{line}", fmt_prefix(fmt)), set()).update(range(i, j + 1))
+    out = ["# Generated by scripts/catalog/generate.py from rules/catalog/nccl.tsv; do not edit.",
+           "# Each WARN/ATTN site as NCCL prints it (file:line) = one entry per message printed there:",
+           "# \"RELEASES TEXT\", RELEASES the catalogued releases that have it (runs of consecutive releases",
+           "# of `releases`, `a..b` or one release, comma-separated), TEXT the start of the message (the",
+           "# format's text before its first conversion). The engine intersects the release sets of the",
+           "# sites a log shows. Sites whose message is in every release are left out.",
+           "",
+           "releases = [" + ", ".join(f'"{r}"' for r in releases) + "]",
+           "",
+           "[nccl]"]
+    grouped = {}
+    for (site, prefix), idx in by_site.items():
+        if len(idx) == len(releases):
+            continue
+        runs = collapse({0: set(idx)}, releases)
+        rng = ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs)
+        grouped.setdefault(site, []).append((idx and min(idx), f"{rng} {prefix}".strip()))
+
+    def key(site):
+        f, l = site.rsplit(":", 1)
+        return (f, int(l))
+
+    def q(t):
+        return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    for site in sorted(grouped, key=key):
+        out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(grouped[site])) + "]")
+    out += ["", "# torch release = the NCCL its wheel pins (torch-nccl.tsv).", "[torch_nccl]"]
+    out += [f'"{t}" = "{n}"' for t, n, _, _ in pins if n]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fetch", action="store_true", help="fill the cache from the network first")
+    ap.add_argument("--cache", default=os.path.join(ROOT, ".cache", "catalog"))
+    ap.add_argument("--nccl-git", help="an NCCL git directory (bare or not); default CACHE/nccl.git")
+    a = ap.parse_args()
+    gitdir = a.nccl_git or os.path.join(a.cache, "nccl.git")
+    if a.fetch:
+        fetch(a.cache, gitdir)
+    if not os.path.isdir(gitdir):
+        sys.exit(f"no NCCL git directory at {gitdir}: run with --fetch, or pass --nccl-git DIR")
+    releases, sources, nccl_lines, nccl_rows = generate_nccl(a.cache, gitdir)
+    write("nccl.tsv", nccl_lines)
+    rel_lines = ["# Catalogued releases: generated by scripts/catalog/generate.py; do not edit.",
+                 "library\tversion\tsource"]
+    rel_lines += [f"nccl\t{v}\t{sources[v]}" for v in releases]
+    t_releases, torch_lines, torch_rows = generate_torch(a.cache)
+    pins = torch_pins(a.cache)
+    rel_lines += [f"torch\t{v}\twheel {w}" for v, _, _, w in pins]
+    write("releases.tsv", rel_lines)
+    write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins))
+    write("torch.tsv", torch_lines)
+    write("torch-nccl.tsv", ["# The NCCL each torch release wheel pins (Requires-Dist of its METADATA): "
+                             "generated by scripts/catalog/generate.py; do not edit.",
+                             "torch\tnccl\tpackage\twheel"] + ["\t".join(p) for p in pins])
+    print(f"nccl: {len(releases)} releases, {len(nccl_rows)} site rows; torch: {len(t_releases)} releases, "
+          f"{len(torch_rows)} site rows, {len(pins)} pins", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

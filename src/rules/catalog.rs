@@ -1,0 +1,258 @@
+//! What the message catalogue (rules/catalog/, written by scripts/catalog/generate.py) gives the
+//! engine: the NCCL releases a log's WARN/ATTN sites point to, and the NCCL a torch release's wheel
+//! pins. The hand-written rules/fingerprints.toml still serves releases the catalogue lacks.
+
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::{anyhow, Result};
+use serde::Deserialize;
+
+use super::schema::{self, Fingerprint};
+use super::version::Version;
+use crate::model::VersionNote;
+
+pub const CATALOG_FILE: &str = "rules/catalog/fingerprints.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    releases: Vec<String>,
+    #[serde(default)]
+    nccl: HashMap<String, Vec<String>>,
+    #[serde(default)]
+    torch_nccl: HashMap<String, String>,
+}
+
+/// One message at one file:line and the releases that print it there.
+#[derive(Debug, Clone)]
+struct Entry {
+    file: String,
+    /// The start of the message (empty: any message, for hand-written sites).
+    text: String,
+    releases: BTreeSet<usize>,
+}
+
+/// The WARN/ATTN sites of every known NCCL release.
+#[derive(Debug, Default)]
+pub struct Sites {
+    releases: Vec<Version>,
+    entries: Vec<Entry>,
+    by_line: HashMap<u32, Vec<usize>>,
+    /// torch release -> the NCCL its wheel pins.
+    pins: Vec<(Version, Version)>,
+}
+
+impl Sites {
+    /// The built-in catalogue and hand-written fingerprints.
+    pub fn builtin() -> Result<Sites> {
+        let text =
+            schema::embedded().iter().find(|(p, _)| *p == CATALOG_FILE).map(|(_, t)| *t).unwrap_or("releases = []");
+        Sites::from_parts(text, &schema::load_fingerprints()?)
+    }
+
+    pub fn from_parts(catalog: &str, hand: &[Fingerprint]) -> Result<Sites> {
+        let f: CatalogFile = toml::from_str(catalog).map_err(|e| anyhow!("{CATALOG_FILE}: {e}"))?;
+        let mut releases: Vec<Version> = Vec::new();
+        for r in &f.releases {
+            releases.push(Version::parse(r).ok_or_else(|| anyhow!("{CATALOG_FILE}: bad release `{r}`"))?);
+        }
+        let catalogued: BTreeSet<Version> = releases.iter().copied().collect();
+        // Hand-written entries name ranges; they count only for releases the catalogue lacks.
+        let mut hand_ranges = Vec::new();
+        for fp in hand {
+            let (Some(min), Some(max)) = (Version::parse(&fp.min), Version::parse(&fp.max)) else {
+                return Err(anyhow!("{}: bad version in [{}, {}]", schema::FINGERPRINTS_FILE, fp.min, fp.max));
+            };
+            for v in [min, max] {
+                if !catalogued.contains(&v) && !releases.contains(&v) {
+                    releases.push(v);
+                }
+            }
+            hand_ranges.push((min, max, &fp.sites));
+        }
+        releases.sort();
+        let index = |v: &Version| releases.binary_search(v).ok();
+        let mut s = Sites { releases: releases.clone(), ..Sites::default() };
+        let mut keys: Vec<&String> = f.nccl.keys().collect();
+        keys.sort(); // entry order must not depend on the hash map's
+        for site in keys {
+            let (file, line) = split_site(site).ok_or_else(|| anyhow!("{CATALOG_FILE}: bad site `{site}`"))?;
+            for item in &f.nccl[site] {
+                let (ranges, text) = item.split_once(' ').unwrap_or((item, ""));
+                let mut set = BTreeSet::new();
+                for r in ranges.split(',') {
+                    let (a, b) = r.split_once("..").unwrap_or((r, r));
+                    let bad = || anyhow!("{CATALOG_FILE}: site `{site}`: bad release range `{r}`");
+                    let a = Version::parse(a).and_then(|v| index(&v)).ok_or_else(bad)?;
+                    let b = Version::parse(b).and_then(|v| index(&v)).ok_or_else(bad)?;
+                    set.extend(a..=b);
+                }
+                s.push(file, line, text, set);
+            }
+        }
+        for (min, max, sites) in hand_ranges {
+            let set: BTreeSet<usize> = (0..releases.len())
+                .filter(|&i| releases[i] >= min && releases[i] <= max && !catalogued.contains(&releases[i]))
+                .collect();
+            if set.is_empty() {
+                continue;
+            }
+            for site in sites.iter() {
+                let (file, line) =
+                    split_site(site).ok_or_else(|| anyhow!("{}: bad site `{site}`", schema::FINGERPRINTS_FILE))?;
+                s.push(file, line, "", set.clone());
+            }
+        }
+        for (t, n) in &f.torch_nccl {
+            let bad = || anyhow!("{CATALOG_FILE}: torch_nccl: bad entry `{t}` = `{n}`");
+            s.pins.push((Version::parse(t).ok_or_else(bad)?, Version::parse(n).ok_or_else(bad)?));
+        }
+        s.pins.sort();
+        Ok(s)
+    }
+
+    fn push(&mut self, file: &str, line: u32, text: &str, releases: BTreeSet<usize>) {
+        self.by_line.entry(line).or_default().push(self.entries.len());
+        self.entries.push(Entry { file: file.to_string(), text: text.to_string(), releases });
+    }
+
+    /// The entry of a WARN/ATTN line printed at `file:line` with message `msg`: the catalogued
+    /// message there whose start `msg` has, else a hand-written site there (any message).
+    pub fn lookup(&self, file: &str, line: u32, msg: &str) -> Option<u32> {
+        let same_file = |f: &str| file == f || (file.ends_with(f) && file[..file.len() - f.len()].ends_with('/'));
+        let cands = self.by_line.get(&line)?;
+        let msg = msg.trim_start();
+        let pick = |want_text: bool| {
+            cands.iter().copied().find(|&i| {
+                let e = &self.entries[i];
+                same_file(&e.file) && (e.text.is_empty() != want_text) && msg.starts_with(e.text.as_str())
+            })
+        };
+        pick(true).or_else(|| pick(false)).map(|i| i as u32)
+    }
+
+    /// The releases every seen entry allows (their intersection), as (lowest, highest); `None` when
+    /// nothing was seen or the entries contradict each other (ranks of different releases).
+    pub fn infer(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
+        let mut cand: Option<BTreeSet<usize>> = None;
+        for id in seen {
+            let r = &self.entries.get(id as usize)?.releases;
+            cand = Some(match cand {
+                None => r.clone(),
+                Some(c) => c.intersection(r).copied().collect(),
+            });
+        }
+        let c = cand?;
+        Some((self.releases[*c.first()?], self.releases[*c.last()?]))
+    }
+
+    /// The NCCL the stock wheel of torch `t` pins: the same release, else the same minor's
+    /// catalogued release (patch releases of one minor pin the same NCCL in every case read).
+    pub fn torch_pin(&self, t: Version) -> Option<(Version, Version)> {
+        self.pins
+            .iter()
+            .find(|(tv, _)| *tv == t)
+            .or_else(|| self.pins.iter().find(|(tv, _)| (tv.0, tv.1) == (t.0, t.1)))
+            .copied()
+    }
+}
+
+impl Sites {
+    /// The versions note for an NCCL inferred from the torch version a log states.
+    pub fn torch_pin_note(&self, torch: &str) -> Option<VersionNote> {
+        let t = Version::parse(torch)?;
+        let (from, nccl) = self.torch_pin(t)?;
+        let same = if from == t { String::new() } else { format!(" (read for torch {from}, the same minor)") };
+        Some(VersionNote {
+            component: "nccl".into(),
+            value: nccl.to_string(),
+            how: "inferred".into(),
+            detail: format!(
+                "the NCCL the PyPI wheel of torch {t} pins{same}; a torch built otherwise, or an NCCL installed \
+                 over it, can differ"
+            ),
+        })
+    }
+}
+
+fn split_site(s: &str) -> Option<(&str, u32)> {
+    let (f, l) = s.rsplit_once(':')?;
+    Some((f, l.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAT: &str = r#"
+releases = ["2.18.1", "2.22.3", "2.23.4", "2.32.3"]
+[nccl]
+"proxy.cc:1458" = ["2.18.1 [Proxy Service] Get listenSock fd fails", "2.22.3 [Service thread] Accept failed"]
+"misc/socket.cc:50" = ["2.18.1..2.23.4 socketProgress: Connection closed by remote peer"]
+[torch_nccl]
+"2.5.1" = "2.21.5"
+"#;
+
+    fn hand() -> Vec<Fingerprint> {
+        vec![Fingerprint { min: "2.17.1".into(), max: "2.17.1".into(), sites: vec!["proxy.cc:1458".into()] }]
+    }
+
+    #[test]
+    fn the_message_picks_the_release_at_a_shared_line() {
+        let s = Sites::from_parts(CAT, &hand()).unwrap();
+        let a = s.lookup("proxy.cc", 1458, "[Service thread] Accept failed Success").unwrap();
+        assert_eq!(s.infer([a]), Some((Version(2, 22, 3), Version(2, 22, 3))));
+        let b = s.lookup("src/proxy.cc", 1458, "[Proxy Service] Get listenSock fd fails").unwrap();
+        assert_eq!(s.infer([b]), Some((Version(2, 18, 1), Version(2, 18, 1))));
+        // Another message at that line: only the hand-written (uncatalogued) release is left.
+        let c = s.lookup("proxy.cc", 1458, "[Service thread] Could not receive type from localRank 0").unwrap();
+        assert_eq!(s.infer([c]), Some((Version(2, 17, 1), Version(2, 17, 1))));
+        assert_eq!(s.lookup("xproxy.cc", 1458, "[Service thread] Accept failed"), None);
+        assert_eq!(s.lookup("proxy.cc", 1459, "[Service thread] Accept failed"), None);
+    }
+
+    #[test]
+    fn sites_intersect_and_contradictions_give_nothing() {
+        let s = Sites::from_parts(CAT, &[]).unwrap();
+        let a = s.lookup("proxy.cc", 1458, "[Service thread] Accept failed x").unwrap();
+        let b = s.lookup("misc/socket.cc", 50, "socketProgress: Connection closed by remote peer h").unwrap();
+        assert_eq!(s.infer([b]), Some((Version(2, 18, 1), Version(2, 23, 4))));
+        assert_eq!(s.infer([a, b]), Some((Version(2, 22, 3), Version(2, 22, 3))));
+        let c = s.lookup("proxy.cc", 1458, "[Proxy Service] Get listenSock fd fails").unwrap();
+        assert_eq!(s.infer([a, c]), None);
+        assert_eq!(s.infer([]), None);
+    }
+
+    #[test]
+    fn torch_pins_by_release_then_minor() {
+        let s = Sites::from_parts(CAT, &[]).unwrap();
+        assert_eq!(s.torch_pin(Version(2, 5, 1)), Some((Version(2, 5, 1), Version(2, 21, 5))));
+        assert_eq!(s.torch_pin(Version(2, 5, 0)), Some((Version(2, 5, 1), Version(2, 21, 5))));
+        assert_eq!(s.torch_pin(Version(2, 6, 0)), None);
+    }
+
+    #[test]
+    fn bad_data_is_an_error_naming_the_file() {
+        let e = Sites::from_parts(&CAT.replace("2.18.1..2.23.4", "2.18.1..9.9.9"), &[]).unwrap_err().to_string();
+        assert!(e.contains(CATALOG_FILE) && e.contains("misc/socket.cc:50"), "{e}");
+    }
+
+    #[test]
+    fn builtin_catalogue_loads_and_knows_the_seed_sites() {
+        let s = Sites::builtin().unwrap();
+        // DeepEP #41: the three proxy.cc WARNs of 2.22.3.
+        let ids: Vec<u32> = [
+            (1458, "[Service thread] Accept failed Resource temporarily unavailable"),
+            (1497, "[Service thread] Could not receive type from localRank 0, res=3, closed=0"),
+            (1521, "[Proxy Service 0] Failed to execute operation Close from rank 0, retcode 3"),
+        ]
+        .iter()
+        .map(|(l, m)| s.lookup("proxy.cc", *l, m).unwrap())
+        .collect();
+        assert_eq!(s.infer(ids), Some((Version(2, 22, 3), Version(2, 22, 3))));
+        // 2.32.3 (read from the wheel's code): Accept failed at proxy.cc:1894.
+        let a = s.lookup("proxy.cc", 1894, "[Service thread] Accept failed Success").unwrap();
+        assert_eq!(s.infer([a]), Some((Version(2, 32, 3), Version(2, 32, 3))));
+        assert!(s.torch_pin(Version(2, 14, 1)).is_some());
+    }
+}

@@ -1,0 +1,513 @@
+//! The message catalogue (rules/catalog/, from scripts/catalog/generate.py) against the rules:
+//! a rule's NCCL version range must be the releases whose catalogued sites its patterns match
+//! (allowed differences in rules/catalog/range-exceptions.toml, each with its reason), and
+//! docs/coverage.md must be what the catalogue and the rules give now
+//! (`EPDOCTOR_BLESS=1 cargo test --test catalog` rewrites it).
+//!
+//! A rule is linked to a site by rendering the site's format string with plausible arguments
+//! (%d -> 3, 0, 6; %s -> a word, `Close`, `Success`, an errno text...; %p -> 0x7f...) into a log
+//! line of the site's level and running the rule's patterns on it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use epdoctor::rules::schema::{self, Rule};
+use epdoctor::rules::version::{Range, Version};
+use regex::{Regex, RegexSet};
+use serde::Deserialize;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One row of nccl.tsv / torch.tsv.
+#[derive(Debug, Clone)]
+struct Site {
+    lib: &'static str,
+    file: String,
+    line: u32,
+    level: String,
+    first: String,
+    last: String,
+    family: String,
+    format: String,
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some(o) => out.push(o),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn read_tsv(name: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(root().join("rules/catalog").join(name)).unwrap();
+    text.lines().filter(|l| !l.starts_with('#')).skip(1).map(|l| l.split('\t').map(str::to_string).collect()).collect()
+}
+
+struct Catalog {
+    nccl_releases: Vec<Version>,
+    torch_releases: Vec<Version>,
+    sites: Vec<Site>,
+}
+
+fn catalog() -> &'static Catalog {
+    static C: OnceLock<Catalog> = OnceLock::new();
+    C.get_or_init(read_catalog)
+}
+
+fn read_catalog() -> Catalog {
+    let mut nccl_releases = Vec::new();
+    let mut torch_releases = Vec::new();
+    for r in read_tsv("releases.tsv") {
+        let v = Version::parse(&r[1]).unwrap();
+        if r[0] == "nccl" {
+            nccl_releases.push(v)
+        } else {
+            torch_releases.push(v)
+        }
+    }
+    let mut sites = Vec::new();
+    for r in read_tsv("nccl.tsv") {
+        // file line level subsys first last family origin format
+        sites.push(Site {
+            lib: "nccl",
+            file: r[0].clone(),
+            line: r[1].parse().unwrap(),
+            level: r[2].clone(),
+            first: r[4].clone(),
+            last: r[5].clone(),
+            family: r[6].clone(),
+            format: unescape(&r[8]).replace("\\\"", "\""),
+        });
+    }
+    for r in read_tsv("torch.tsv") {
+        // file line level first last family origin format
+        sites.push(Site {
+            lib: "torch",
+            file: r[0].clone(),
+            line: r[1].parse().unwrap(),
+            level: r[2].clone(),
+            first: r[3].clone(),
+            last: r[4].clone(),
+            family: r[5].clone(),
+            format: unescape(&r[7]),
+        });
+    }
+    Catalog { nccl_releases, torch_releases, sites }
+}
+
+impl Catalog {
+    fn releases_of(&self, s: &Site) -> Vec<Version> {
+        let list = if s.lib == "nccl" { &self.nccl_releases } else { &self.torch_releases };
+        let (a, b) = (Version::parse(&s.first).unwrap(), Version::parse(&s.last).unwrap());
+        list.iter().copied().filter(|v| *v >= a && *v <= b).collect()
+    }
+}
+
+/// Plausible values of each kind of conversion; variant `i` takes value `i % len` of each.
+const INTS: &[&str] = &["3", "0", "6"];
+const STRS: &[&str] = &["word", "Close", "Success", "Resource temporarily unavailable"];
+/// Python placeholders carry no type.
+const ANY: &[&str] = &["3", "0", "word", "Connection reset by peer"];
+const HEX: &[&str] = &["7f", "0", "1f"];
+const PTR: &[&str] = &["0x7f0000001000"];
+const FLOATS: &[&str] = &["1.5"];
+
+fn c_conversions(fmt: &str) -> Vec<(usize, usize, &'static [&'static str])> {
+    let re = Regex::new(r"%[-+ #0']*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGcspn%])").unwrap();
+    re.captures_iter(fmt)
+        .map(|c| {
+            let m = c.get(0).unwrap();
+            let kind: &'static [&'static str] = match &c[1] {
+                "d" | "i" | "u" | "o" => INTS,
+                "x" | "X" => HEX,
+                "p" => PTR,
+                "s" => STRS,
+                "c" => &["x"],
+                "%" => &["%"],
+                "n" => &[""],
+                _ => FLOATS,
+            };
+            (m.start(), m.end(), kind)
+        })
+        .collect()
+}
+
+fn py_conversions(fmt: &str) -> Vec<(usize, usize, &'static [&'static str])> {
+    let re = Regex::new(r"\{[^{}]*\}|%[-+ #0]*\d*(?:\.\d+)?([dsrfix])").unwrap();
+    re.find_iter(fmt).map(|m| (m.start(), m.end(), if m.as_str().ends_with('d') { INTS } else { ANY })).collect()
+}
+
+/// The format rendered with every combination of values (capped), then with uniform variants.
+fn renderings(lib: &str, fmt: &str) -> Vec<String> {
+    let conv = if lib == "nccl" { c_conversions(fmt) } else { py_conversions(fmt) };
+    let fill = |pick: &dyn Fn(usize, &[&str]) -> usize| {
+        let mut out = String::new();
+        let mut at = 0;
+        for (k, (s, e, vals)) in conv.iter().enumerate() {
+            out.push_str(&fmt[at..*s]);
+            out.push_str(vals[pick(k, vals) % vals.len()]);
+            at = *e;
+        }
+        out.push_str(&fmt[at..]);
+        out
+    };
+    let product: usize = conv.iter().map(|c| c.2.len()).product();
+    let mut out = Vec::new();
+    if product <= 256 {
+        for mut n in 0..product {
+            let digits: Vec<usize> = conv
+                .iter()
+                .map(|c| {
+                    let d = n % c.2.len();
+                    n /= c.2.len();
+                    d
+                })
+                .collect();
+            out.push(fill(&|k, _| digits[k]));
+        }
+    } else {
+        // Too many combinations: each conversion through its values, the others at their first;
+        // and all at their i-th.
+        for k in 0..conv.len() {
+            for i in 0..conv[k].2.len() {
+                out.push(fill(&|j, _| if j == k { i } else { 0 }));
+            }
+        }
+        for i in 0..STRS.len() {
+            out.push(fill(&|_, _| i));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Log lines as the library prints a message of this site (NCCL: with its level and, for
+/// WARN/ATTN, file:line; torch: a c10 warning line and a Python logging line).
+fn lines(s: &Site) -> Vec<String> {
+    let mut out = Vec::new();
+    for msg in renderings(s.lib, &s.format) {
+        let msg = msg.replace('\n', " ");
+        let msg = msg.trim();
+        if s.lib == "nccl" {
+            match s.level.as_str() {
+                "INFO" => out.push(format!("host:1:2 [0] NCCL INFO {msg}")),
+                lvl => {
+                    let lvl = if lvl == "?" { "WARN" } else { lvl };
+                    out.push(format!("host:1:2 [0] {}:{} NCCL {lvl} {msg}", s.file, s.line));
+                }
+            }
+        } else {
+            let word = match s.level.as_str() {
+                "raise" => "RuntimeError: ",
+                "warn" => "UserWarning: ",
+                _ => "",
+            };
+            out.push(format!("[W1201 10:00:00.000000000 {}:{}] {word}{msg}", s.file, s.line));
+        }
+    }
+    out
+}
+
+struct Linker {
+    rules: Vec<Rule>,
+    set: RegexSet,
+    owner: Vec<usize>,
+    /// (lib, level, file, format) -> rules: rows that differ only in line and releases render alike.
+    cache: Mutex<HashMap<(String, String, String, String), BTreeSet<usize>>>,
+}
+
+fn linker() -> &'static Linker {
+    static L: OnceLock<Linker> = OnceLock::new();
+    L.get_or_init(Linker::new)
+}
+
+impl Linker {
+    fn new() -> Linker {
+        let rules = schema::load_rules(&[]).unwrap();
+        let mut pats = Vec::new();
+        let mut owner = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            for p in &r.def.patterns {
+                pats.push(schema::ascii_word_boundaries(p));
+                owner.push(i);
+            }
+        }
+        Linker { set: RegexSet::new(&pats).unwrap(), rules, owner, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The rules whose patterns match a rendering of the site.
+    fn rules_of(&self, s: &Site) -> BTreeSet<usize> {
+        let key = (s.lib.to_string(), s.level.clone(), s.file.clone(), s.format.clone());
+        if let Some(r) = self.cache.lock().unwrap().get(&key) {
+            return r.clone();
+        }
+        let r: BTreeSet<usize> = lines(s)
+            .iter()
+            .flat_map(|l| self.set.matches(l).into_iter().map(|p| self.owner[p]).collect::<Vec<_>>())
+            .collect();
+        self.cache.lock().unwrap().insert(key, r.clone());
+        r
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Exception {
+    rule: String,
+    /// The NCCL releases where range and catalogue may disagree.
+    releases: String,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ignored {
+    /// A regex on the site's format string.
+    format: String,
+    #[serde(default)]
+    lib: Option<String>,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Exceptions {
+    #[serde(default)]
+    exception: Vec<Exception>,
+    #[serde(default)]
+    ignored: Vec<Ignored>,
+}
+
+fn exceptions() -> Exceptions {
+    let p = root().join("rules/catalog/exceptions.toml");
+    let e: Exceptions = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    for x in &e.exception {
+        assert!(!x.reason.trim().is_empty(), "exception for {} has no reason", x.rule);
+        Range::parse(&x.releases).unwrap();
+    }
+    for x in &e.ignored {
+        assert!(!x.reason.trim().is_empty(), "ignored `{}` has no reason", x.format);
+        Regex::new(&x.format).unwrap();
+    }
+    e
+}
+
+/// Disagreements of one rule's NCCL range with the releases of the sites it matches:
+/// (releases it claims without a site, releases with a site that it misses).
+fn range_problems(
+    range: &Range,
+    with_site: &BTreeSet<Version>,
+    releases: &[Version],
+    allowed: &[Range],
+) -> (Vec<Version>, Vec<Version>) {
+    let ok = |v: &Version| allowed.iter().any(|a| a.contains(*v));
+    let claims = releases.iter().copied().filter(|v| range.contains(*v) && !with_site.contains(v) && !ok(v)).collect();
+    let misses = releases.iter().copied().filter(|v| !range.contains(*v) && with_site.contains(v) && !ok(v)).collect();
+    (claims, misses)
+}
+
+#[test]
+fn range_check_catches_both_kinds_of_mistake() {
+    let rel: Vec<Version> = ["2.22.3", "2.23.4", "2.30.3"].iter().map(|v| Version::parse(v).unwrap()).collect();
+    let with: BTreeSet<Version> = rel[..2].iter().copied().collect();
+    let (c, m) = range_problems(&Range::parse(">=2.23.4").unwrap(), &with, &rel, &[]);
+    assert_eq!((c, m), (vec![rel[2]], vec![rel[0]]));
+    let (c, m) = range_problems(&Range::parse("<2.30.3").unwrap(), &with, &rel, &[]);
+    assert!(c.is_empty() && m.is_empty());
+    let (c, _) = range_problems(&Range::parse(">=2.23.4").unwrap(), &with, &rel, &[Range::parse(">=2.30").unwrap()]);
+    assert!(c.is_empty());
+}
+
+#[test]
+fn renderings_fill_every_conversion() {
+    let r = renderings("nccl", "Could not receive type from localRank %d, res=%u, closed=%d");
+    assert!(r.contains(&"Could not receive type from localRank 0, res=3, closed=0".to_string()), "{r:?}");
+    assert!(renderings("nccl", "a %s b %p %lu %% %016llx").iter().all(|s| !s.contains('%') || s.contains("% ")));
+    assert!(renderings("torch", "Failed to recv, got {} bytes.").contains(&"Failed to recv, got 0 bytes.".to_string()));
+}
+
+#[test]
+fn rule_nccl_ranges_agree_with_the_catalogue() {
+    let cat = catalog();
+    let linker = linker();
+    let exc = exceptions();
+    let mut with_site: BTreeMap<usize, BTreeSet<Version>> = BTreeMap::new();
+    for s in cat.sites.iter().filter(|s| s.lib == "nccl") {
+        let rules = linker.rules_of(s);
+        for r in rules.into_iter().filter(|&r| linker.rules[r].nccl.is_some()) {
+            with_site.entry(r).or_default().extend(cat.releases_of(s));
+        }
+    }
+    let mut problems = Vec::new();
+    for (i, r) in linker.rules.iter().enumerate() {
+        let Some(range) = &r.nccl else { continue };
+        let Some(w) = with_site.get(&i) else {
+            // No catalogued NCCL message: a rule on torch or launcher text gated by NCCL version.
+            continue;
+        };
+        let allowed: Vec<Range> =
+            exc.exception.iter().filter(|e| e.rule == r.def.id).map(|e| Range::parse(&e.releases).unwrap()).collect();
+        let (claims, misses) = range_problems(range, w, &cat.nccl_releases, &allowed);
+        let list = |v: &[Version]| v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+        if !claims.is_empty() {
+            problems.push(format!(
+                "rule `{}` (nccl = \"{}\") claims releases where no catalogued site matches: {}",
+                r.def.id,
+                range.text(),
+                list(&claims)
+            ));
+        }
+        if !misses.is_empty() {
+            problems.push(format!(
+                "rule `{}` (nccl = \"{}\") misses releases whose catalogued sites it matches: {}",
+                r.def.id,
+                range.text(),
+                list(&misses)
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\n(fix the range, or add an exception with its reason to rules/catalog/exceptions.toml)",
+        problems.join("\n")
+    );
+}
+
+/// The families whose every WARN/ATTN site (NCCL) and raised/logged message (torch) should be
+/// covered by a rule or ignored with a reason.
+const GOAL: &[(&str, &str)] = &[
+    ("nccl", "teardown"),
+    ("nccl", "proxy"),
+    ("nccl", "socket"),
+    ("nccl", "bootstrap"),
+    ("nccl", "shm"),
+    ("torch", "teardown"),
+    ("torch", "store"),
+    ("torch", "watchdog"),
+];
+
+fn coverage_doc() -> String {
+    let cat = catalog();
+    let linker = linker();
+    let exc = exceptions();
+    let ignored: Vec<(Regex, &Ignored)> = exc.ignored.iter().map(|i| (Regex::new(&i.format).unwrap(), i)).collect();
+    // One message = (lib, family, level, format): its rows differ only in file:line and releases.
+    #[derive(Default)]
+    struct Msg {
+        releases: BTreeSet<Version>,
+        rules: BTreeSet<String>,
+        sites: BTreeSet<String>,
+    }
+    let mut msgs: BTreeMap<(String, String, String, String), Msg> = BTreeMap::new();
+    for s in &cat.sites {
+        if s.lib == "nccl" && !matches!(s.level.as_str(), "WARN" | "ATTN" | "?") {
+            continue; // INFO lines are traces; the few that rules read are counted by rules test
+        }
+        if s.format.trim().len() < 4 {
+            continue;
+        }
+        let rel = cat.releases_of(s);
+        let m = msgs.entry((s.lib.to_string(), s.family.clone(), s.level.clone(), s.format.clone())).or_default();
+        for r in linker.rules_of(s) {
+            let rule = &linker.rules[r];
+            let in_range = |v: &Version| match (s.lib, &rule.nccl, &rule.torch) {
+                ("nccl", Some(n), _) => n.contains(*v),
+                ("torch", _, Some(t)) => t.contains(*v),
+                _ => true,
+            };
+            if rel.iter().any(in_range) {
+                m.rules.insert(rule.def.id.clone());
+            }
+        }
+        m.releases.extend(rel);
+        m.sites.insert(format!("{}:{}", s.file, s.line));
+    }
+    let span = |r: &BTreeSet<Version>| match (r.first(), r.last()) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(b)) => format!("{a}-{b}"),
+        _ => String::new(),
+    };
+    let md = |s: &str| s.replace('|', "\\|").replace('`', "'").replace('\n', " ");
+    let mut out = String::from(
+        "# Message coverage\n\n\
+         Generated by `EPDOCTOR_BLESS=1 cargo test --test catalog` from the message catalogue\n\
+         (`rules/catalog/`, see [catalog.md](catalog.md)) and the rules; `cargo test` fails when it is out of date.\n\n\
+         A message is a (library, family, level, format string); it is **covered** when a rule's patterns match\n\
+         the format rendered with plausible arguments in a release inside the rule's version range, **ignored**\n\
+         when `rules/catalog/exceptions.toml` names it with a reason. NCCL: WARN and ATTN sites (and\n\
+         wheel-only sites whose level could not be read), NCCL 2.18.1-2.32.3; torch: messages raised, warned or\n\
+         logged by `torch/distributed/*.py`, `elastic/` and `launcher/` of torch 2.1-2.15 (the C++ c10d messages\n\
+         are not catalogued yet: the wheels hold no line numbers for them and the sources were not read).\n\n\
+         | library | family | messages | covered | ignored | not covered |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    let mut by_family: BTreeMap<(String, String), (usize, usize, usize)> = BTreeMap::new();
+    for ((lib, fam, _, fmt), m) in &msgs {
+        let e = by_family.entry((lib.clone(), fam.clone())).or_default();
+        e.0 += 1;
+        if !m.rules.is_empty() {
+            e.1 += 1;
+        } else if ignored.iter().any(|(re, i)| i.lib.as_deref().is_none_or(|l| l == lib) && re.is_match(fmt)) {
+            e.2 += 1;
+        }
+    }
+    let mut tot = (0, 0, 0, 0);
+    for ((lib, fam), (n, c, i)) in &by_family {
+        out.push_str(&format!("| {lib} | {fam} | {n} | {c} | {i} | {} |\n", n - c - i));
+        tot = (tot.0 + n, tot.1 + c, tot.2 + i, tot.3 + n - c - i);
+    }
+    out.push_str(&format!("| **all** | | {} | {} | {} | {} |\n", tot.0, tot.1, tot.2, tot.3));
+    out.push_str(
+        "\nThe goal: every message of the families below covered or ignored with a reason.\n\
+         Other families are counted above only.\n",
+    );
+    for (glib, gfam) in GOAL {
+        out.push_str(&format!("\n## {glib} / {gfam}\n\n| level | releases | message | covered by / ignored because |\n| --- | --- | --- | --- |\n"));
+        for ((lib, fam, level, fmt), m) in &msgs {
+            if lib != glib || fam != gfam {
+                continue;
+            }
+            let why = if !m.rules.is_empty() {
+                m.rules.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
+            } else if let Some((_, i)) =
+                ignored.iter().find(|(re, i)| i.lib.as_deref().is_none_or(|l| l == lib) && re.is_match(fmt))
+            {
+                format!("ignored: {}", md(&i.reason))
+            } else {
+                "**not covered**".into()
+            };
+            out.push_str(&format!("| {level} | {} | `{}` | {why} |\n", span(&m.releases), md(fmt.trim())));
+        }
+    }
+    out
+}
+
+#[test]
+fn coverage_doc_is_current() {
+    let doc = coverage_doc();
+    let path = root().join("docs/coverage.md");
+    if std::env::var_os("EPDOCTOR_BLESS").is_some() {
+        std::fs::write(&path, &doc).unwrap();
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == doc,
+        "docs/coverage.md is out of date: run `EPDOCTOR_BLESS=1 cargo test --test catalog` and review the diff"
+    );
+}
