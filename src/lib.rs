@@ -8,6 +8,7 @@ pub mod commands;
 pub mod env;
 mod error;
 pub mod exit;
+pub mod flight;
 pub mod lint;
 pub mod log;
 pub mod model;

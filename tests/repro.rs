@@ -284,7 +284,9 @@ fn early_exit_on_new_nccl_is_a_hang_in_the_survivors_teardown() {
     assert_eq!(c["status"], "hang");
     let detail = c["detail"].as_str().unwrap();
     assert!(detail.starts_with("hang: rank 0 in teardown for "), "{detail}");
-    assert!(detail.ends_with(", after `teardown=early-exit`; stopped at the 3 s deadline"), "{detail}");
+    // Then where it waited, from its stack (the stand-in's shell waits for its sleep).
+    assert!(detail.contains(", after `teardown=early-exit`, waiting in `"), "{detail}");
+    assert!(detail.ends_with("; stopped at the 3 s deadline"), "{detail}");
     assert_eq!(c["hung"].as_array().unwrap().len(), 1);
     assert_eq!(c["hung"][0]["phase"], "teardown-start");
     assert_eq!(c["teardown_s"], Value::Null);
@@ -481,7 +483,7 @@ fn a_hanging_command_is_stopped_with_its_children() {
     let c = &s.cells()["cells"][0];
     assert_eq!(c["status"], "hang");
     assert!(c["detail"].as_str().unwrap().starts_with("hang: rank 0 in teardown"), "{}", c["detail"]);
-    assert!(s.harness(c).starts_with("[epdoctor-harness] rank=cmd deadline: still running after 3s, sent SIGTERM\n"));
+    assert!(s.harness(c).contains("[epdoctor-harness] rank=cmd deadline: still running after 3s, sent SIGTERM\n"));
     assert!(alive_under(&s.run()).is_empty(), "{:?}", alive_under(&s.run()));
 }
 
@@ -632,6 +634,83 @@ fn bad_input_is_refused_before_anything_runs() {
         let out = run_ok(s.cmd().args(&args));
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_hung_command_gets_a_stack_per_rank_from_proc() {
+    let s = Scratch::new();
+    let out = run_ok(
+        s.cmd()
+            .env("EPDOCTOR_STACK_TOOLS", "proc")
+            .args(["--timeout", "2", "--grace", "2", "-q", "--", "sh"])
+            .arg(fixture("standin-hang-ranks.sh")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let c = &s.cells()["cells"][0];
+    assert_eq!(c["status"], "hang");
+    // The launcher and rank 0 are still running; rank 0 is named by the RANK in its environment.
+    let stacks = c["stacks"].as_array().unwrap();
+    assert_eq!(stacks.len(), 2, "{stacks:?}");
+    let r0 = stacks.iter().find(|x| x["rank"] == "0").expect("rank 0 by its RANK variable");
+    assert_eq!(r0["tool"], "proc");
+    assert!(r0["cmd"].as_str().unwrap().starts_with("sleep 300"), "{r0}");
+    let launcher = stacks.iter().find(|x| x["rank"] == "cmd").expect("the command itself");
+    assert_eq!(launcher["pid"], c["processes"][0]["pid"]);
+    // The hung entry is rank 0 (the one with a rank), not "the command".
+    let hung = c["hung"].as_array().unwrap();
+    assert_eq!(hung.len(), 1, "{hung:?}");
+    assert_eq!(hung[0]["rank"], "0");
+    let waits = r0["waits"].as_str().unwrap();
+    assert!(!waits.is_empty() && waits != "?", "the kernel says where a sleeping process waits: {r0}");
+    assert_eq!(hung[0]["waits"].as_str(), Some(waits));
+    assert!(
+        c["detail"].as_str().unwrap().starts_with(&format!("hang: rank 0, waiting in `{waits}`")),
+        "{}",
+        c["detail"]
+    );
+    // Raw stacks kept, folded lines in stacks.log, the capture noted before the SIGTERM.
+    let dir = s.cell_dir(c);
+    let raw = std::fs::read_to_string(dir.join(r0["raw"].as_str().unwrap())).unwrap();
+    assert!(raw.contains("# /proc/PID/task/*/{wchan,syscall,stack}") && raw.contains("rank=0"), "{raw}");
+    let log = std::fs::read_to_string(dir.join("stacks.log")).unwrap();
+    assert!(log.contains(&format!("[epdoctor-stack] rank=0 pid={} via=proc thread=main: {waits}", r0["pid"])), "{log}");
+    let h = s.harness(c);
+    let cap = h.find("stacks: 2 process(es) captured").expect(&h);
+    assert!(cap < h.find("deadline: still running").unwrap(), "stacks are taken before the SIGTERM: {h}");
+    assert!(h.contains("no native stack tool worked; install eu-stack (elfutils) or gdb"), "{h}");
+    let report = std::fs::read_to_string(s.run().join("report.md")).unwrap();
+    assert!(report.contains(&format!("  - rank 0 (pid {}), via proc: `{waits}`", r0["pid"])), "{report}");
+    assert!(alive_under(&s.run()).is_empty(), "{:?}", alive_under(&s.run()));
+}
+
+/// With py-spy installed (`pip install py-spy`), a hung Python rank's stack is its Python frames,
+/// folded down to the caller's line. Without py-spy, the test checks the advice to install it.
+#[test]
+fn a_hung_python_rank_gets_its_python_stack_or_the_advice_to_install_py_spy() {
+    if Command::new("python3").arg("-c").arg("pass").status().map(|s| !s.success()).unwrap_or(true) {
+        eprintln!("python3 not found: nothing to test");
+        return;
+    }
+    let has_py_spy = Command::new("py-spy").arg("--version").output().is_ok_and(|o| o.status.success());
+    let s = Scratch::new();
+    let out = run_ok(
+        s.cmd()
+            .env("EPDOCTOR_STACK_TOOLS", "py-spy,proc")
+            .env("RANK", "0")
+            .args(["--timeout", "3", "--grace", "2", "-q", "--", "python3"])
+            .arg(fixture("standin-hang.py")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let c = &s.cells()["cells"][0];
+    let st = &c["stacks"][0];
+    assert_eq!(st["rank"], "0", "{c}");
+    if has_py_spy {
+        assert_eq!(st["tool"], "py-spy", "{st}");
+        assert_eq!(st["waits"], "standin-hang.py:9", "{st}");
+    } else {
+        assert_eq!(st["tool"], "proc");
+        assert!(s.harness(c).contains("install py-spy (`pip install py-spy`"), "{}", s.harness(c));
     }
 }
 

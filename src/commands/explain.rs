@@ -14,8 +14,9 @@ use crate::rules::{self, Options};
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
     let engine = rules::engine(rule_opts)?;
-    let x = log::expand(paths)?;
-    Ok(with_notes(engine.analyze(&x.inputs, &Options { evidence: 5, ..Default::default() })?, x.notes))
+    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(paths)?)?;
+    let a = engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })?;
+    Ok(crate::flight::join(with_notes(a, notes), Vec::new(), dumps))
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
@@ -26,14 +27,14 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         );
     }
     let engine = rules::engine(&args.rule_opts)?;
-    let x = log::expand(&args.paths)?;
+    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(&args.paths)?)?;
     let opts = Options {
         max_bytes: args.max_bytes,
         evidence: args.evidence.unwrap_or(5),
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = with_notes(engine.analyze(&x.inputs, &opts)?, x.notes);
+    let analysis = crate::flight::join(with_notes(engine.analyze(&inputs, &opts)?, notes), Vec::new(), dumps);
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).

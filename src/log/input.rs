@@ -94,7 +94,7 @@ const MAGIC: &[(&[u8], &str)] = &[
 ];
 
 /// What `head` (an input's first unpacked bytes) and its `name` say it is. One place to teach a
-/// new format: a reader of Flight Recorder dumps would take `Content::Pickle` from here.
+/// new format. A pickle is passed on: `explain` reads Flight Recorder dumps (src/flight).
 pub fn sniff(name: &str, head: &[u8]) -> Content {
     if head.is_empty() {
         return Content::Empty;
@@ -330,7 +330,6 @@ impl<'l> Expander<'l> {
 pub(super) fn skip_reason(name: &str, content: Content, depth: usize, found: bool) -> Option<(&'static str, String)> {
     Some(match content {
         Content::Tar | Content::Zip if depth > 1 => (NESTED, name.to_string()),
-        Content::Pickle => (BINARY, format!("{name} (a Python pickle: a PyTorch Flight Recorder dump?)")),
         Content::Binary(kind) => (BINARY, format!("{name} ({kind})")),
         // Named by the user: read as they asked.
         Content::Own(kind) if found => (OWN, format!("{name} ({kind})")),

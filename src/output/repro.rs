@@ -332,6 +332,20 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         for e in &c.rank_errors {
             let _ = writeln!(s, "- error file of local rank {} (attempt {}): {}", e.local_rank, e.attempt, e.message);
         }
+        if !c.stacks.is_empty() {
+            let _ = writeln!(s, "- stacks at the deadline (raw in {}):", md.code(crate::repro::stacks::STACKS_DIR));
+        }
+        for st in &c.stacks {
+            let who = if st.rank.starts_with("pid ") {
+                st.rank.clone()
+            } else {
+                format!("rank {} (pid {})", st.rank, st.pid)
+            };
+            let _ = writeln!(s, "  - {}, via {}: {}", md.text(&who), md.text(&st.tool), md.code(&st.waits));
+            for o in &st.others {
+                let _ = writeln!(s, "    - thread {}", md.code(o));
+            }
+        }
         for l in c.leftovers.lines() {
             let _ = writeln!(s, "- {}", md.text(l.trim_start_matches("[epdoctor-harness] ")));
         }

@@ -17,6 +17,7 @@ use super::markers::{self, RankMarkers};
 use super::matrix::{AxisKind, CellPlan, Plan, Workload};
 use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
 use super::slurm::Stops;
+use super::stacks;
 use crate::rules::Engine;
 
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
@@ -24,6 +25,8 @@ pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 /// How long exiting processes get before they count as left behind.
 const SETTLE: Duration = Duration::from_millis(500);
 const KILL_WAIT: Duration = Duration::from_secs(5);
+/// Where PyTorch writes its Flight Recorder dumps (the rank is appended).
+const FR_FILE_ENV: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 
 /// What starts the built-in worker (the lead's fixed interface) and how big its work is.
 pub struct Launcher {
@@ -63,20 +66,25 @@ pub fn run_cell(
     let before = leftovers::snapshot(&launcher.shm_dir);
     let limits =
         Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
-    let mut ex = launch::execute(&specs, &limits, stop, tick);
     let tag = cell_dir.to_string_lossy().into_owned();
-
     // Under Slurm the tasks are found on their nodes by their tag; here only srun's own group.
     let slurm = match &launcher.via {
         Via::Slurm(a) => Some(a),
         _ => None,
     };
+    let cell_env = slurm.is_none().then(|| (CELL_ENV.to_string(), tag.clone()));
+    let mut stacks = Vec::new();
+    let mut ex = launch::execute(&specs, &limits, stop, tick, &mut |alive| {
+        let m = Membership { pgids: alive.iter().map(|(_, pid)| *pid).collect(), env: cell_env.clone() };
+        let cap = stacks::capture(&leftovers::cell_processes(&m), alive, cell_dir);
+        stacks = cap.stacks;
+        cap.notes
+    });
     let (mut left, probe_lines) = match slurm {
         Some(a) => a.probe(cell_dir, &tag, ex.start_unix),
         None => (Leftovers::default(), Vec::new()),
     };
-    let membership =
-        Membership { pgids: ex.pgids.clone(), env: slurm.is_none().then(|| (CELL_ENV.to_string(), tag.clone())) };
+    let membership = Membership { pgids: ex.pgids.clone(), env: cell_env };
     let mut procs = leftovers::settle(&membership, SETTLE);
     // Sockets are looked at while their holders are still alive.
     if slurm.is_none() {
@@ -122,7 +130,7 @@ pub fn run_cell(
         }
     }
     let per_task = !matches!(launcher.via, Via::Local | Via::Torchrun(_));
-    let hung = hung_ranks(plan, &ex, &all_markers, per_task);
+    let hung = stacks::attach(hung_ranks(plan, &ex, &all_markers, per_task), &stacks);
 
     let mut lines = ex.lines.clone();
     lines.extend(stops.lines.iter().cloned());
@@ -222,6 +230,7 @@ pub fn run_cell(
         step,
         nodes,
         rank_errors,
+        stacks,
     })
 }
 
@@ -335,6 +344,11 @@ fn local_specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> any
             if plan.set_debug_file {
                 env.insert("NCCL_DEBUG_FILE".into(), debug_file("nccl.%p.log"));
             }
+            // Flight Recorder dumps (when the user turns the recorder on) land in the cell, where
+            // explain reads them with the logs.
+            if !env.contains_key(FR_FILE_ENV) && std::env::var_os(FR_FILE_ENV).is_none() {
+                env.insert(FR_FILE_ENV.into(), debug_file("nccl_trace_rank_"));
+            }
             if let Some(n) = l.ranks_flag {
                 env.insert("EPDOCTOR_RANKS".into(), Some(n.to_string()));
             }
@@ -369,7 +383,7 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
         let phase = m.get(rank).and_then(RankMarkers::last_phase);
         let for_s = phase.and_then(|p| Some(ex.stop_unix? - m[rank].phases[p]));
         let last = m.get(rank).map(|x| x.last.clone()).filter(|l| !l.is_empty() && !l.starts_with("phase="));
-        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last }
+        Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last, waits: None }
     };
     match plan.workload {
         _ if per_task => {
@@ -382,7 +396,7 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
             let inside: Vec<Hung> =
                 m.iter().filter(|(_, v)| v.last_phase() != Some("teardown-end")).map(|(r, _)| hung(r)).collect();
             if inside.is_empty() {
-                vec![Hung { rank: "cmd".into(), phase: None, for_s: None, last: None }]
+                vec![Hung { rank: "cmd".into(), phase: None, for_s: None, last: None, waits: None }]
             } else {
                 inside
             }
@@ -405,14 +419,22 @@ fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f6
             let who: Vec<String> = hung
                 .iter()
                 .map(|h| {
-                    let r = if h.rank == "cmd" { "the command".to_string() } else { format!("rank {}", h.rank) };
+                    let r = match h.rank.as_str() {
+                        "cmd" => "the command".to_string(),
+                        r if r.starts_with("pid ") => r.to_string(),
+                        r => format!("rank {r}"),
+                    };
                     let at = match (&h.phase, h.for_s) {
                         (Some(p), Some(s)) => format!("{r} in {} for {s:.1} s", phase_words(p)),
                         (Some(p), None) => format!("{r} in {}", phase_words(p)),
                         _ => r,
                     };
-                    match &h.last {
+                    let at = match &h.last {
                         Some(l) => format!("{at}, after `{l}`"),
+                        None => at,
+                    };
+                    match &h.waits {
+                        Some(w) => format!("{at}, waiting in `{w}`"),
                         None => at,
                     }
                 })

@@ -268,6 +268,7 @@ mod tests {
             step: None,
             nodes: vec![],
             rank_errors: vec![],
+            stacks: vec![],
         }
     }
 

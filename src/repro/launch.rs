@@ -136,8 +136,18 @@ struct Running {
 }
 
 /// Start every spec, wait for all of them, enforce the deadline and interrupts.
-/// `tick` runs about every 10 ms while waiting (progress bar).
-pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mut dyn FnMut()) -> Execution {
+/// Called at the deadline with the (label, pid) of the processes still running; returns harness lines.
+pub type AtDeadline<'a> = dyn FnMut(&[(String, i32)]) -> Vec<String> + 'a;
+
+/// `tick` runs about every 10 ms while waiting (progress bar); `at_deadline` runs once at the
+/// deadline, before any SIGTERM, with the (label, pid) of every process still running.
+pub fn execute(
+    specs: &[Spec],
+    limits: &Limits,
+    stop: &dyn Interrupts,
+    tick: &mut dyn FnMut(),
+    at_deadline: &mut AtDeadline,
+) -> Execution {
     let start = Instant::now();
     let start_unix = unix_now();
     let base = stop.count();
@@ -224,6 +234,8 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
         }
         if term_at.is_none() && now >= deadline {
             ex.deadline_hit = true;
+            let alive: Vec<(String, i32)> = running.iter().map(|&i| (specs[i].label.clone(), procs[i].pid)).collect();
+            ex.lines.extend(at_deadline(&alive).into_iter().map(|l| format!("{HARNESS_PREFIX} {l}")));
             for &i in &running {
                 ex.lines.push(format!(
                     "{HARNESS_PREFIX} rank={} deadline: still running after {}s, sent SIGTERM",
@@ -233,7 +245,8 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
                 ex.outcomes[i].deadline = true;
                 stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
             }
-            term_at = Some(now);
+            // The grace period starts at the SIGTERM, after the stacks were taken.
+            term_at = Some(Instant::now());
             ex.stop_unix = Some(unix_now());
         }
         // A second signal to epdoctor skips the grace period.
@@ -357,7 +370,7 @@ mod tests {
     fn exit_codes_signals_and_logs() {
         let d = tempfile::tempdir().unwrap();
         let specs = vec![sh(d.path(), "0", "echo out; echo err >&2; exit 3"), sh(d.path(), "1", "kill -9 $$")];
-        let ex = execute(&specs, &limits(60.0, 1.0), &NoStop, &mut || {});
+        let ex = execute(&specs, &limits(60.0, 1.0), &NoStop, &mut || {}, &mut |_| Vec::new());
         assert_eq!(ex.outcomes[0].exit_code, Some(3));
         assert_eq!(ex.outcomes[1].signal, Some(9));
         assert_eq!(exit_line(&ex.outcomes[1]).unwrap(), "[epdoctor-harness] rank=1 signal=9 (SIGKILL)");
@@ -375,7 +388,7 @@ mod tests {
             sh(d.path(), "1", "trap '' TERM; while :; do sleep 1; done"),
             sh(d.path(), "2", "exit 0"),
         ];
-        let ex = execute(&specs, &limits(3.0, 1.0), &NoStop, &mut || {});
+        let ex = execute(&specs, &limits(3.0, 1.0), &NoStop, &mut || {}, &mut |_| Vec::new());
         assert!(ex.deadline_hit);
         let o = &ex.outcomes;
         assert!(o[0].deadline && !o[0].sigkill);
@@ -405,7 +418,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let specs = vec![sh(d.path(), "cmd", "trap '' TERM; while :; do sleep 1; done")];
         // A grace period far longer than the test: only the second signal can end it.
-        let ex = execute(&specs, &limits(600.0, 600.0), &After(Cell::new(0), 2), &mut || {});
+        let ex = execute(&specs, &limits(600.0, 600.0), &After(Cell::new(0), 2), &mut || {}, &mut |_| Vec::new());
         assert_eq!(ex.interrupted_by.as_deref(), Some("SIGINT"));
         assert!(ex.outcomes[0].interrupted && ex.outcomes[0].sigkill);
         assert!(!ex.deadline_hit);
@@ -418,7 +431,7 @@ mod tests {
         let mut bad = sh(d.path(), "1", "");
         bad.program = "/nonexistent/epdoctor-standin".into();
         let specs = vec![sh(d.path(), "0", "exec sleep 300"), bad];
-        let ex = execute(&specs, &limits(600.0, 600.0), &NoStop, &mut || {});
+        let ex = execute(&specs, &limits(600.0, 600.0), &NoStop, &mut || {}, &mut |_| Vec::new());
         assert!(ex.outcomes[1].launch_error.as_deref().unwrap().contains("/nonexistent/epdoctor-standin"));
         assert_eq!(ex.outcomes[0].signal_name.as_deref(), Some("SIGKILL"));
         assert!(
@@ -432,7 +445,7 @@ mod tests {
         let mut s = sh(d.path(), "0", "echo pgid=$(cut -d' ' -f5 /proc/$$/stat) pid=$$ x=${X-unset} h=${HOME-unset}");
         s.env.insert("X".into(), Some("1".into()));
         s.env.insert("HOME".into(), None);
-        let ex = execute(&[s], &limits(60.0, 1.0), &NoStop, &mut || {});
+        let ex = execute(&[s], &limits(60.0, 1.0), &NoStop, &mut || {}, &mut |_| Vec::new());
         let pid = ex.outcomes[0].pid.unwrap();
         let log = std::fs::read_to_string(d.path().join("0.log")).unwrap();
         assert_eq!(log.trim(), format!("pgid={pid} pid={pid} x=1 h=unset"));

@@ -14,6 +14,7 @@ pub mod markers;
 pub mod matrix;
 pub mod result;
 pub mod slurm;
+pub mod stacks;
 pub mod torchrun;
 
 use std::collections::BTreeSet;
@@ -35,10 +36,10 @@ pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
-    let x = crate::log::expand(paths)?;
-    let mut a = engine.analyze(&x.inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
-    a.notes.extend(x.notes);
-    Ok(a)
+    let (inputs, notes, dumps) = crate::flight::prepare(crate::log::expand(paths)?)?;
+    let mut a = engine.analyze(&inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
+    a.notes.extend(notes);
+    Ok(crate::flight::join(a, Vec::new(), dumps))
 }
 
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.

@@ -141,6 +141,9 @@ pub struct Hung {
     /// Its last marker line (e.g. the last teardown step it finished).
     #[serde(default)]
     pub last: Option<String>,
+    /// Where its main thread waited at the deadline, folded from its stack.
+    #[serde(default)]
+    pub waits: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -200,6 +203,9 @@ pub struct Cell {
     /// torchrun: each failed rank's error file (TORCHELASTIC_ERROR_FILE), as torchelastic wrote it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rank_errors: Vec<super::torchrun::RankError>,
+    /// The stack of every process still running at the deadline.
+    #[serde(default)]
+    pub stacks: Vec<super::stacks::ProcStack>,
 }
 
 impl Cell {

@@ -219,7 +219,7 @@ impl Allocation {
             }
         }
         let limits = Limits { timeout: PROBE_TIMEOUT, grace: Duration::from_secs(3) };
-        let ex = launch::execute(&[spec], &limits, &Never, &mut || {});
+        let ex = launch::execute(&[spec], &limits, &Never, &mut || {}, &mut |_| Vec::new());
         let o = &ex.outcomes[0];
         if o.exit_code != Some(0) {
             lines.push(format!(

@@ -1,0 +1,825 @@
+//! Stacks at the deadline: before the harness sends SIGTERM to a hung cell, the stack of every
+//! process still running in it is taken (py-spy for Python, eu-stack or gdb for native code,
+//! /proc otherwise), kept raw in the cell's `stacks/` folder, and folded to the frames that say
+//! where the process waits (`ncclCommDestroy <- ProcessGroupNCCL::shutdown <- destroy_process_group
+//! <- train.py:88`). The folded lines go to `stacks.log`, which the engine reads with the cell's
+//! logs, so rules can match stack frames.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+use super::leftovers::LeftoverProcess;
+use super::result::Hung;
+
+pub const STACKS_DIR: &str = "stacks";
+pub const STACKS_LOG: &str = "stacks.log";
+pub const STACK_PREFIX: &str = "[epdoctor-stack]";
+/// Which tools may be used, in order (`py-spy,eu-stack,gdb,proc`): a test hook, and a way to
+/// leave out a tool that misbehaves on a machine.
+pub const TOOLS_ENV: &str = "EPDOCTOR_STACK_TOOLS";
+const TOOL_LIMIT: Duration = Duration::from_secs(30);
+/// Frames kept before the caller's own line when a chain is long.
+const MAX_FRAMES: usize = 8;
+
+/// What one process was doing at the deadline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcStack {
+    /// `0`, `1` (the worker's label, or RANK from the process's environment), or `pid N`.
+    pub rank: String,
+    pub pid: i32,
+    pub cmd: String,
+    /// `py-spy`, `eu-stack`, `gdb` or `proc`.
+    pub tool: String,
+    /// The main thread, folded: where it waits.
+    pub waits: String,
+    /// Other threads inside NCCL, c10d, NVSHMEM or DeepEP, folded (`name: chain`).
+    #[serde(default)]
+    pub others: Vec<String>,
+    /// The raw stacks, relative to the cell folder.
+    pub raw: String,
+}
+
+/// Everything a capture produced.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub stacks: Vec<ProcStack>,
+    /// Harness facts: how long it took, tools missing.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub func: String,
+    /// `file.py:line` for a Python frame, the library for a native one.
+    pub loc: Option<String>,
+    pub python: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thread {
+    pub tid: Option<i32>,
+    pub name: String,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    PySpy,
+    EuStack,
+    Gdb,
+    Proc,
+}
+
+impl Tool {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::PySpy => "py-spy",
+            Tool::EuStack => "eu-stack",
+            Tool::Gdb => "gdb",
+            Tool::Proc => "proc",
+        }
+    }
+    fn from_name(s: &str) -> Option<Tool> {
+        [Tool::PySpy, Tool::EuStack, Tool::Gdb, Tool::Proc].into_iter().find(|t| t.name() == s.trim())
+    }
+    /// The tool's command for one process.
+    fn command(self, exe: &Path, pid: i32, native: bool) -> Command {
+        let mut c = Command::new(exe);
+        let p = pid.to_string();
+        match self {
+            Tool::PySpy if native => c.args(["dump", "--native", "--pid", &p]),
+            Tool::PySpy => c.args(["dump", "--pid", &p]),
+            Tool::EuStack => c.args(["-m", "-p", &p]),
+            Tool::Gdb => c.args(["-batch", "-nx", "-p", &p, "-ex", "thread apply all bt"]),
+            Tool::Proc => &mut c,
+        };
+        c
+    }
+}
+
+/// The tools allowed here, each with its executable (`proc` needs none).
+fn tools() -> Vec<(Tool, PathBuf)> {
+    let wanted: Vec<Tool> = match std::env::var(TOOLS_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.split(',').filter_map(Tool::from_name).collect(),
+        _ => vec![Tool::PySpy, Tool::EuStack, Tool::Gdb, Tool::Proc],
+    };
+    wanted
+        .into_iter()
+        .filter_map(|t| match t {
+            Tool::Proc => Some((t, PathBuf::new())),
+            _ => find_on_path(t.name()).map(|p| (t, p)),
+        })
+        .collect()
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// A Python interpreter: py-spy can read its frames.
+fn is_python(pid: i32, cmd: &str) -> bool {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let base = |s: &str| s.rsplit('/').next().unwrap_or("").to_string();
+    exe.map(|e| base(&e.to_string_lossy()))
+        .into_iter()
+        .chain(cmd.split_whitespace().next().map(base))
+        .any(|b| b.starts_with("python") || b.starts_with("pypy"))
+}
+
+/// `RANK` from the environment the process was started with (torchrun, our launchers).
+fn env_rank(pid: i32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"RANK="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Take the stacks of `procs`. `labels` names the processes the harness started (label, pid):
+/// a worker rank's label is its rank.
+pub fn capture(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &Path) -> Capture {
+    let t0 = Instant::now();
+    let mut cap = Capture::default();
+    if procs.is_empty() {
+        return cap;
+    }
+    let dir = cell_dir.join(STACKS_DIR);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        cap.notes.push(format!("stacks: could not create {}: {e}", dir.display()));
+        return cap;
+    }
+    let tools = tools();
+    let results: Vec<(ProcStack, Vec<Thread>, Option<String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = procs
+            .iter()
+            .map(|p| {
+                let tools = &tools;
+                let dir = &dir;
+                s.spawn(move || one_process(p, labels, tools, dir))
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut log = String::new();
+    let mut missing = Vec::new();
+    for (st, threads, miss) in results {
+        for line in stack_lines(&st, &threads) {
+            log.push_str(&line);
+            log.push('\n');
+        }
+        missing.extend(miss);
+        cap.stacks.push(st);
+    }
+    missing.sort();
+    missing.dedup();
+    cap.notes.extend(missing);
+    if let Err(e) = std::fs::write(cell_dir.join(STACKS_LOG), log) {
+        cap.notes.push(format!("stacks: could not write {STACKS_LOG}: {e}"));
+    }
+    cap.notes.push(format!(
+        "stacks: {} process(es) captured in {:.1} s before SIGTERM (raw in {STACKS_DIR}/)",
+        cap.stacks.len(),
+        t0.elapsed().as_secs_f64()
+    ));
+    cap
+}
+
+/// A worker's label, else RANK from its environment, else `cmd` (the user's command itself), else `pid N`.
+fn rank_of(p: &LeftoverProcess, labels: &[(String, i32)]) -> String {
+    let label = labels.iter().find(|(_, pid)| *pid == p.pid).map(|(l, _)| l.clone());
+    if let Some(l) = label.as_ref().filter(|l| *l != "cmd") {
+        return l.clone();
+    }
+    if let Some(r) = env_rank(p.pid) {
+        return r;
+    }
+    if let Some(l) = label {
+        return l;
+    }
+    match labels.iter().find(|(_, pid)| *pid == p.pgid) {
+        Some((l, _)) if l != "cmd" => format!("{l} (child pid {})", p.pid),
+        _ => format!("pid {}", p.pid),
+    }
+}
+
+fn one_process(
+    p: &LeftoverProcess,
+    labels: &[(String, i32)],
+    tools: &[(Tool, PathBuf)],
+    dir: &Path,
+) -> (ProcStack, Vec<Thread>, Option<String>) {
+    let rank = rank_of(p, labels);
+    let python = is_python(p.pid, &p.cmd);
+    let mut raw = format!("# epdoctor stacks at the deadline: pid={} rank={rank}\n# cmd: {}\n", p.pid, p.cmd);
+    let mut used = None;
+    let mut threads = Vec::new();
+    for (tool, exe) in tools {
+        let attempts: &[bool] = match tool {
+            Tool::PySpy if !python => continue,
+            Tool::PySpy => &[true, false],
+            Tool::Proc => break,
+            _ => &[false],
+        };
+        for &native in attempts {
+            let mut cmd = tool.command(exe, p.pid, native);
+            let (ok, out) = run_limited(&mut cmd, TOOL_LIMIT);
+            let label = if native { format!("{} --native", tool.name()) } else { tool.name().to_string() };
+            raw.push_str(&format!("\n# {label} ({})\n{out}", if ok { "ok" } else { "failed" }));
+            let parsed = match tool {
+                Tool::PySpy => parse_py_spy(&out),
+                Tool::EuStack => parse_eu_stack(&out),
+                Tool::Gdb => parse_gdb(&out),
+                Tool::Proc => Vec::new(),
+            };
+            if ok && parsed.iter().any(|t| !t.frames.is_empty()) {
+                threads = parsed;
+                used = Some(*tool);
+                break;
+            }
+        }
+        if used.is_some() {
+            break;
+        }
+    }
+    // Always: what the kernel says each thread waits on (cheap, and the only view without a tool).
+    let proc_threads = proc_stacks(p.pid);
+    raw.push_str("\n# /proc/PID/task/*/{wchan,syscall,stack}\n");
+    for t in &proc_threads {
+        let frames: Vec<&str> = t.frames.iter().map(|f| f.func.as_str()).collect();
+        raw.push_str(&format!("task {} ({}): {}\n", t.tid.unwrap_or(0), t.name, frames.join(" <- ")));
+    }
+    if used.is_none() && tools.iter().any(|(t, _)| *t == Tool::Proc) {
+        threads = proc_threads;
+        used = Some(Tool::Proc);
+    }
+    let missing = match used {
+        Some(Tool::PySpy) | Some(Tool::EuStack) | Some(Tool::Gdb) => None,
+        _ if python => Some(
+            "stacks: no Python stack tool worked; for Python stacks install py-spy (`pip install py-spy`; it needs ptrace rights: root, or CAP_SYS_PTRACE in a container)".to_string(),
+        ),
+        _ => Some("stacks: no native stack tool worked; install eu-stack (elfutils) or gdb for native stacks".to_string()),
+    };
+    let file = format!("{}.pid{}.txt", sanitize(&rank), p.pid);
+    let _ = std::fs::write(dir.join(&file), &raw);
+    let main = main_thread(&threads, p.pid);
+    let waits = main.map(|t| fold(&t.frames)).filter(|s| !s.is_empty()).unwrap_or_else(|| "?".into());
+    let others = threads
+        .iter()
+        .filter(|t| main.is_none_or(|m| !std::ptr::eq(*t, m)))
+        .map(|t| (t, fold(&t.frames)))
+        .filter(|(_, f)| is_notable(f))
+        .map(|(t, f)| format!("{}: {f}", t.name))
+        .collect();
+    let st = ProcStack {
+        rank,
+        pid: p.pid,
+        cmd: p.cmd.clone(),
+        tool: used.map(Tool::name).unwrap_or("none").into(),
+        waits,
+        others,
+        raw: format!("{STACKS_DIR}/{file}"),
+    };
+    (st, threads, missing)
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// Threads that wait in the libraries whose hangs epdoctor explains.
+fn is_notable(folded: &str) -> bool {
+    let l = folded.to_ascii_lowercase();
+    ["nccl", "c10d", "processgroup", "nvshmem", "deep_ep", "deepep"].iter().any(|k| l.contains(k))
+}
+
+fn main_thread(threads: &[Thread], pid: i32) -> Option<&Thread> {
+    threads
+        .iter()
+        .find(|t| t.tid == Some(pid))
+        .or_else(|| threads.iter().find(|t| t.name == "MainThread"))
+        .or_else(|| threads.first())
+}
+
+/// The `stacks.log` lines of one process: main thread first.
+pub fn stack_lines(st: &ProcStack, threads: &[Thread]) -> Vec<String> {
+    let head = format!("{STACK_PREFIX} rank={} pid={} via={}", st.rank.replace(' ', "_"), st.pid, st.tool);
+    let main = main_thread(threads, st.pid);
+    let full = main.map(|t| fold_full(&t.frames)).filter(|s| !s.is_empty()).unwrap_or_else(|| st.waits.clone());
+    let mut v = vec![format!("{head} thread=main: {full}")];
+    for t in threads {
+        if main.is_some_and(|m| std::ptr::eq(t, m)) {
+            continue;
+        }
+        let f = fold_full(&t.frames);
+        if !f.is_empty() {
+            v.push(format!("{head} thread={}: {f}", t.name.replace(' ', "_")));
+        }
+    }
+    v
+}
+
+/// Run a stack tool with a time limit; (exited 0, stdout then stderr).
+fn run_limited(cmd: &mut Command, limit: Duration) -> (bool, String) {
+    let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+        Ok(c) => c,
+        Err(e) => return (false, format!("(could not start: {e})\n")),
+    };
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut b);
+            }
+            b
+        })
+    };
+    let out = reader(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = reader(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let until = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let mut text = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
+    text.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
+    if status.is_none() {
+        text.push_str(&format!("(stopped after {} s)\n", limit.as_secs()));
+    }
+    (status.is_some_and(|s| s.success()), text)
+}
+
+/// `futex` for 202: the syscalls a waiting thread sits in (x86-64 numbers).
+fn syscall_name(nr: &str) -> Option<&'static str> {
+    Some(match nr {
+        "0" => "read",
+        "7" => "poll",
+        "23" => "select",
+        "35" => "nanosleep",
+        "61" => "wait4",
+        "202" => "futex",
+        "230" => "clock_nanosleep",
+        "232" => "epoll_wait",
+        "270" => "pselect6",
+        "271" => "ppoll",
+        "281" => "epoll_pwait",
+        "441" => "epoll_pwait2",
+        _ => return None,
+    })
+}
+
+/// Each thread's kernel view: its kernel stack when readable (root), else its wait channel and
+/// the system call it is in.
+pub fn proc_stacks(pid: i32) -> Vec<Thread> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut tids: Vec<i32> = rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    tids.sort();
+    tids.into_iter()
+        .map(|tid| {
+            let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/{f}")).unwrap_or_default();
+            let name = read("comm").trim().to_string();
+            let mut frames: Vec<Frame> = read("stack")
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .map(|f| Frame {
+                    // `futex_wait_queue+0x63/0x90`, `sigsuspend.isra.0+0x1c/0x40`: the function.
+                    func: f.split(['+', '.']).next().unwrap_or(f).to_string(),
+                    loc: Some("kernel".into()),
+                    python: false,
+                })
+                .collect();
+            if frames.is_empty() {
+                let w = read("wchan");
+                let w = w.trim();
+                if !w.is_empty() && w != "0" {
+                    frames.push(Frame { func: w.to_string(), loc: Some("kernel".into()), python: false });
+                }
+            }
+            let sc = read("syscall");
+            if let Some(name) = sc.split_whitespace().next().and_then(syscall_name) {
+                frames.push(Frame { func: format!("syscall {name}"), loc: Some("kernel".into()), python: false });
+            } else if sc.trim() == "running" {
+                frames.push(Frame { func: "running".into(), loc: None, python: false });
+            }
+            Thread { tid: Some(tid), name, frames }
+        })
+        .collect()
+}
+
+/// py-spy dump (with or without --native):
+/// `Thread 123 (idle): "MainThread"` then `    func (file.py:12)` / `    func (libx.so)` / `    0x7f.. (libc.so.6)`.
+pub fn parse_py_spy(text: &str) -> Vec<Thread> {
+    let mut out: Vec<Thread> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Thread ") {
+            let id = rest.split_whitespace().next().unwrap_or("");
+            // `Thread 0x7F..` is a pthread id, not a tid.
+            let tid = id.parse().ok();
+            let name = rest.split_once('"').and_then(|(_, n)| n.rsplit_once('"').map(|(n, _)| n)).unwrap_or(id);
+            out.push(Thread { tid, name: name.to_string(), frames: Vec::new() });
+            continue;
+        }
+        let Some(t) = out.last_mut() else { continue };
+        if !line.starts_with("    ") {
+            continue;
+        }
+        let l = line.trim();
+        let (func, loc) = match l.rsplit_once(" (") {
+            Some((f, rest)) => (f.trim(), rest.strip_suffix(')').map(str::to_string)),
+            None => (l, None),
+        };
+        // `(file.py:12)` is Python; `(linux.cc:195)` is a native frame with line info, `(libx.so)` one without.
+        let python = loc.as_deref().is_some_and(|l| {
+            l.rsplit_once(':').is_some_and(|(file, n)| {
+                n.bytes().all(|b| b.is_ascii_digit()) && (file.ends_with(".py") || file.starts_with('<'))
+            })
+        });
+        t.frames.push(Frame { func: func.to_string(), loc, python });
+    }
+    out
+}
+
+/// eu-stack -m: `TID 123:` then `#0  0x00007f.. func - /lib/libx.so` (func absent when unknown).
+pub fn parse_eu_stack(text: &str) -> Vec<Thread> {
+    let mut out: Vec<Thread> = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("TID ") {
+            let tid = rest.trim_end_matches(':').trim().parse().ok();
+            out.push(Thread { tid, name: format!("tid {}", tid.unwrap_or(0)), frames: Vec::new() });
+            continue;
+        }
+        let Some(t) = out.last_mut() else { continue };
+        let Some(rest) = l.strip_prefix('#') else { continue };
+        let mut it = rest.split_whitespace();
+        let (_n, _addr) = (it.next(), it.next());
+        let rest: Vec<&str> = it.collect();
+        let (func, module) = match rest.iter().position(|w| *w == "-") {
+            Some(i) => (rest[..i].join(" "), rest.get(i + 1).map(|m| m.to_string())),
+            None => (rest.join(" "), None),
+        };
+        t.frames.push(Frame { func: if func.is_empty() { "??".into() } else { func }, loc: module, python: false });
+    }
+    out
+}
+
+/// gdb `thread apply all bt`: `Thread 2 (Thread 0x7f.. (LWP 124) "name"):` then
+/// `#0  0x.. in func (args) at file.c:12` / `#1  func (args) from /lib/libx.so`.
+pub fn parse_gdb(text: &str) -> Vec<Thread> {
+    let mut out: Vec<Thread> = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with("Thread ") && l.ends_with("):") {
+            let tid =
+                l.split_once("LWP ").and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+            let name = l.split_once('"').and_then(|(_, n)| n.rsplit_once('"').map(|(n, _)| n)).unwrap_or("");
+            out.push(Thread { tid, name: name.to_string(), frames: Vec::new() });
+            continue;
+        }
+        let Some(rest) = l.strip_prefix('#') else { continue };
+        if out.is_empty() {
+            out.push(Thread { tid: None, name: String::new(), frames: Vec::new() });
+        }
+        let t = out.last_mut().unwrap();
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+        let rest = match rest.split_once(" in ") {
+            Some((a, r)) if a.starts_with("0x") => r,
+            _ => rest,
+        };
+        let (func, loc) = match (rest.split_once(" at "), rest.split_once(" from ")) {
+            (Some((f, at)), _) => (f, Some(at.to_string())),
+            (None, Some((f, from))) => (f, Some(from.to_string())),
+            _ => (rest, None),
+        };
+        let func = func.split(" (").next().unwrap_or(func).trim();
+        t.frames.push(Frame { func: func.to_string(), loc, python: false });
+    }
+    out
+}
+
+/// Native frames that say nothing about where a program waits: the C library, the interpreter
+/// loop, binding glue.
+fn is_noise(f: &Frame) -> bool {
+    if f.python {
+        return false;
+    }
+    let func = f.func.as_str();
+    if func.is_empty() || func == "??" || func.starts_with("0x") || func == "running" {
+        return true;
+    }
+    let lib = f.loc.as_deref().unwrap_or("");
+    let lib_base = lib.rsplit('/').next().unwrap_or(lib);
+    const NOISE_LIBS: &[&str] =
+        &["libc.so", "libc-", "ld-linux", "libpthread", "libstdc++", "libgcc_s", "libpython", "kernel"];
+    if NOISE_LIBS.iter().any(|n| lib_base.starts_with(n)) {
+        // The kernel's wait is the whole story when nothing else is known (kept by fold).
+        return true;
+    }
+    if lib_base.starts_with("python") && !lib_base.contains(".so") {
+        return true;
+    }
+    const NOISE_FUNCS: &[&str] = &[
+        "_Py",
+        "Py",
+        "pybind11::",
+        "cfunction_",
+        "method_vectorcall",
+        "slot_tp_",
+        "vectorcall",
+        "_start",
+        "__libc_",
+        "start_thread",
+        "clone",
+        "__clone",
+        "std::",
+        "__GI_",
+        "__pthread",
+        "pthread_",
+        "syscall",
+        "__futex",
+        "futex_",
+        "do_futex",
+        "__lll_",
+        "__nptl",
+        "torch::autograd::",
+        "torch::PythonArgParser",
+        "c10::impl::",
+        "c10::Dispatcher",
+        "c10::OperatorHandle",
+        "at::_ops::",
+        "wrap_",
+        "THPVariable_",
+    ];
+    NOISE_FUNCS.iter().any(|n| func.starts_with(n)) && !func.contains("nccl")
+}
+
+/// Python frames of the interpreter's own library and of installed packages are named by their
+/// function; the first frame of the user's own code ends the chain as `file.py:line`.
+fn is_library_python(loc: &str) -> bool {
+    const LIB_DIRS: &[&str] = &[
+        "torch/",
+        "deep_ep/",
+        "nvshmem/",
+        "triton/",
+        "numpy/",
+        "multiprocessing/",
+        "concurrent/",
+        "importlib/",
+        "asyncio/",
+        "threading.py",
+        "subprocess.py",
+        "selectors.py",
+        "queue.py",
+        "socket.py",
+        "runpy.py",
+        "contextlib.py",
+        "functools.py",
+        "<frozen",
+    ];
+    loc.contains("site-packages/")
+        || loc.contains("dist-packages/")
+        || loc.contains("/lib/python3")
+        || LIB_DIRS.iter().any(|d| loc.starts_with(d))
+}
+
+/// `c10d::ProcessGroupNCCL::shutdown(std::string)` -> `ProcessGroupNCCL::shutdown`.
+pub fn short_name(func: &str) -> String {
+    // Arguments and template arguments, outermost only.
+    let mut s = String::new();
+    let (mut paren, mut angle) = (0i32, 0i32);
+    for c in func.chars() {
+        match c {
+            '(' => paren += 1,
+            ')' => paren -= 1,
+            '<' if paren == 0 => angle += 1,
+            '>' if paren == 0 && angle > 0 => angle -= 1,
+            _ if paren == 0 && angle == 0 => s.push(c),
+            _ => {}
+        }
+    }
+    let s = s.split(" [clone").next().unwrap_or(&s).trim();
+    let s = s.rsplit(' ').next().unwrap_or(s);
+    // glibc's internal aliases: `__GI___wait4` is wait4.
+    let s = s.strip_prefix("__GI___").or_else(|| s.strip_prefix("__GI_")).unwrap_or(s);
+    // NCCL's profiling aliases: pncclCommFinalize is ncclCommFinalize.
+    let s = s.strip_prefix('p').filter(|r| r.starts_with("nccl")).unwrap_or(s);
+    let parts: Vec<&str> = s.split("::").filter(|p| !p.is_empty()).collect();
+    if parts.len() > 2 {
+        parts[parts.len() - 2..].join("::")
+    } else {
+        parts.join("::")
+    }
+}
+
+/// Frames that say where a hang is even in a long chain: NCCL's API and its barriers, the process
+/// group, NVSHMEM's finalize and barriers, DeepEP's buffer, the Python calls that wait.
+static LANDMARK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"^nccl(?:Comm\w+|AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|Send|Recv|Group(?:Start|End))$",
+        r"|^bootstrap\w*Barrier$|^ProcessGroupNCCL::|^nvshmem\w*(?:finalize|barrier)\w*$|^Buffer::",
+        r"|^(?:destroy_process_group|barrier|all_reduce|synchronize|wait)$|Synchronize",
+    ))
+    .unwrap()
+});
+
+/// Innermost meaningful frame first, up to and including the caller's own line; a long chain is
+/// cut to its innermost frame, its landmarks and its outermost frames.
+pub fn fold(frames: &[Frame]) -> String {
+    let (chain, user) = chain(frames);
+    if chain.len() <= MAX_FRAMES {
+        return chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ");
+    }
+    let last = chain.len() - 1;
+    let keep: Vec<usize> = (0..chain.len()).filter(|&i| i == 0 || i == last || LANDMARK.is_match(&chain[i])).collect();
+    let mut out: Vec<String> = Vec::new();
+    for (n, &i) in keep.iter().enumerate() {
+        if n > 0 && i != keep[n - 1] + 1 {
+            out.push("...".into());
+        }
+        out.push(chain[i].clone());
+    }
+    out.extend(user);
+    out.join(" <- ")
+}
+
+/// The whole chain, uncut (for stacks.log, which rules read).
+pub fn fold_full(frames: &[Frame]) -> String {
+    let (chain, user) = chain(frames);
+    chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ")
+}
+
+fn chain(frames: &[Frame]) -> (Vec<String>, Option<String>) {
+    let mut chain: Vec<String> = Vec::new();
+    let mut user = None;
+    for f in frames {
+        if is_noise(f) {
+            continue;
+        }
+        if f.python {
+            let loc = f.loc.as_deref().unwrap_or("");
+            if !is_library_python(loc) {
+                let base = loc.rsplit('/').next().unwrap_or(loc);
+                user = Some(base.to_string());
+                break;
+            }
+            if chain.last().map(String::as_str) != Some(f.func.as_str()) {
+                chain.push(f.func.clone());
+            }
+            continue;
+        }
+        let n = short_name(&f.func);
+        if !n.is_empty() && chain.last() != Some(&n) {
+            chain.push(n);
+        }
+    }
+    if chain.is_empty() && user.is_none() {
+        // Nothing but noise: the innermost named frame (the kernel's wait, a libc call) is all there is.
+        if let Some(f) = frames.iter().find(|f| !f.func.is_empty() && f.func != "??" && !f.func.starts_with("0x")) {
+            chain.push(short_name(&f.func));
+        }
+    }
+    (chain, user)
+}
+
+/// Each hung rank gets where it waited. A command's one entry ("the command") becomes one entry per
+/// rank found among its processes (RANK in their environment), or per process when none has one.
+pub fn attach(mut hung: Vec<Hung>, stacks: &[ProcStack]) -> Vec<Hung> {
+    let named = |s: &&ProcStack| s.rank != "cmd" && !s.rank.starts_with("pid ");
+    if hung.len() == 1 && hung[0].rank == "cmd" && !stacks.is_empty() {
+        let ranked: Vec<&ProcStack> = stacks.iter().filter(named).collect();
+        let shown: Vec<&ProcStack> = if ranked.is_empty() { stacks.iter().collect() } else { ranked };
+        return shown
+            .into_iter()
+            .map(|s| Hung { rank: s.rank.clone(), phase: None, for_s: None, last: None, waits: Some(s.waits.clone()) })
+            .collect();
+    }
+    // A rank the markers leave "inside" but that was no longer running (it exited early) did not hang;
+    // known only when the stacks name ranks.
+    if stacks.iter().any(|s| named(&s)) {
+        let alive: Vec<Hung> = hung.iter().filter(|h| stacks.iter().any(|s| s.rank == h.rank)).cloned().collect();
+        if !alive.is_empty() {
+            hung = alive;
+        }
+    }
+    for h in &mut hung {
+        h.waits = stacks.iter().find(|s| s.rank == h.rank).map(|s| s.waits.clone());
+    }
+    hung
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(func: &str, loc: &str) -> Frame {
+        Frame { func: func.into(), loc: Some(loc.into()), python: true }
+    }
+    fn native(func: &str, lib: &str) -> Frame {
+        Frame { func: func.into(), loc: Some(lib.into()), python: false }
+    }
+
+    #[test]
+    fn folds_to_what_matters() {
+        let frames = vec![
+            native("__futex_abstimed_wait_common", "libc.so.6"),
+            native("0x7f00", "libnccl.so.2"),
+            native("ncclCommDestroy", "libnccl.so.2"),
+            native("c10d::NCCLComm::destroy()", "libtorch_cuda.so"),
+            native("c10d::ProcessGroupNCCL::shutdown(std::optional<std::string>)", "libtorch_cuda.so"),
+            native("pybind11::cpp_function::dispatcher", "libtorch_python.so"),
+            native("_PyEval_EvalFrameDefault", "libpython3.12.so.1.0"),
+            py("shutdown", "torch/distributed/distributed_c10d.py:2100"),
+            py("destroy_process_group", "torch/distributed/distributed_c10d.py:2210"),
+            py("rank_main", "train.py:88"),
+            py("<module>", "train.py:120"),
+        ];
+        assert_eq!(
+            fold(&frames),
+            "ncclCommDestroy <- NCCLComm::destroy <- ProcessGroupNCCL::shutdown <- shutdown <- destroy_process_group <- train.py:88"
+        );
+    }
+
+    #[test]
+    fn only_noise_gives_the_innermost_wait() {
+        let f = vec![native("futex_wait_queue", "kernel"), native("syscall futex", "kernel")];
+        assert_eq!(fold(&f), "futex_wait_queue");
+        assert_eq!(fold(&[]), "");
+    }
+
+    #[test]
+    fn long_chains_are_cut_before_the_callers_line() {
+        let mut f: Vec<Frame> = (0..20).map(|i| native(&format!("ncclStep{i}"), "libnccl.so.2")).collect();
+        f.push(py("main", "job.py:3"));
+        let s = fold(&f);
+        assert_eq!(s, "ncclStep0 <- ... <- ncclStep19 <- job.py:3");
+        assert_eq!(fold_full(&f).matches(" <- ").count(), 20);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(short_name("c10d::ProcessGroupNCCL::shutdown(std::string const&)"), "ProcessGroupNCCL::shutdown");
+        assert_eq!(short_name("void std::vector<int, std::allocator<int> >::push_back(int)"), "vector::push_back");
+        assert_eq!(short_name("ncclCommDestroy"), "ncclCommDestroy");
+        assert_eq!(short_name("foo::bar() [clone .cold]"), "foo::bar");
+        assert_eq!(short_name("__GI___wait4"), "wait4");
+    }
+
+    #[test]
+    fn parses_py_spy() {
+        let text = "Process 19887: python3 /tmp/x.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n\
+Thread 19887 (idle): \"MainThread\"\n    clock_nanosleep (libc.so.6)\n    time_sleep (libpython3.11.so.1.0)\n    wait_for_peer (x.py:3)\n    <module> (x.py:6)\n\
+Thread 0x7F12 (active): \"pt_nccl_watchdg\"\n    ncclCommGetAsyncError (libnccl.so.2)\n    watchdogHandler (torch/x.py:4)\n";
+        let t = parse_py_spy(text);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].tid, Some(19887));
+        assert_eq!(t[0].name, "MainThread");
+        assert_eq!(t[0].frames.len(), 4);
+        assert!(t[0].frames[2].python && !t[0].frames[1].python);
+        assert_eq!(fold(&t[0].frames), "x.py:3");
+        assert_eq!(t[1].tid, None);
+        assert_eq!(fold(&t[1].frames), "ncclCommGetAsyncError <- watchdogHandler");
+    }
+
+    #[test]
+    fn parses_eu_stack_and_gdb() {
+        let eu = "PID 12 - process\nTID 12:\n#0  0x00007f wait4 - /usr/lib/x86_64-linux-gnu/libc.so.6\n#1  0x00005 - /tmp/libnccl.so.2\n#2  0x00007 ncclCommDestroy - /tmp/libnccl.so.2\nTID 13:\n#0  0x1 epoll_wait - /lib/libc.so.6\n";
+        let t = parse_eu_stack(eu);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].tid, Some(12));
+        assert_eq!(t[0].frames[1].func, "??");
+        assert_eq!(fold(&t[0].frames), "ncclCommDestroy");
+        assert_eq!(fold(&t[1].frames), "epoll_wait");
+        let gdb = "[New LWP 13]\nThread 2 (Thread 0x7f (LWP 13) \"proxy\"):\n#0  0x00007f in poll () from /lib/x86_64-linux-gnu/libc.so.6\n\
+Thread 1 (Thread 0x7e (LWP 12) \"epdoctor\"):\n#0  0x00007f in __futex_abstimed_wait_common () from /lib/libc.so.6\n#1  0x00007f in ncclCommDestroy () from /tmp/libnccl.so.2\n#2  epdoctor::worker::teardown (x=1) at src/worker/mod.rs:88\n";
+        let t = parse_gdb(gdb);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].tid, Some(12));
+        assert_eq!(t[1].name, "epdoctor");
+        assert_eq!(fold(&t[1].frames), "ncclCommDestroy <- worker::teardown");
+        assert_eq!(main_thread(&t, 12).unwrap().name, "epdoctor");
+    }
+
+    #[test]
+    fn proc_view_of_this_process() {
+        let t = proc_stacks(std::process::id() as i32);
+        assert!(!t.is_empty());
+        assert!(t.iter().any(|t| t.tid == Some(std::process::id() as i32)));
+    }
+}
