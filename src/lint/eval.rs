@@ -293,6 +293,12 @@ impl Program {
         if check.imports.as_ref().is_some_and(|re| !re.is_match(&m.imports)) {
             return false;
         }
+        if let Some((pats, re)) = &check.unless_all {
+            let mut calls = m.calls.iter().filter(|c| Self::direct_any(pats, c)).peekable();
+            if calls.peek().is_some() && calls.all(|c| re.is_match(&c.args)) {
+                return false;
+            }
+        }
         if let Some(c) = call {
             for (k, v) in &w.keyword {
                 if !c.keywords.iter().any(|(kk, vv)| kk == k && vv == v) {
@@ -390,22 +396,40 @@ impl Program {
         false
     }
 
-    fn lex_protected(&self, mi: usize, start: usize, end: usize, scope: usize, via: Option<&str>) -> bool {
+    /// In a `finally`/`except`, an atexit function, a signal handler, or a function the check
+    /// names (`__exit__`, `tearDown`) or whose decorator it names (`fixture`).
+    fn lex_protected(
+        &self,
+        check: &Check,
+        mi: usize,
+        start: usize,
+        end: usize,
+        scope: usize,
+        via: Option<&str>,
+    ) -> bool {
         let m = &self.modules[mi];
-        let ctx = m.ctx(start, end);
         let f = &m.scopes[scope];
-        ctx.finally
-            || ctx.except
-            || (scope != 0
-                && (f.name == "__exit__"
-                    || f.name == "__aexit__"
-                    || m.atexit.contains(&f.name)
-                    || m.handlers.contains(&f.name)))
-            || via.is_some_and(|v| v.ends_with("atexit.register"))
+        let w = &check.def.when;
+        let named = scope != 0
+            && (m.atexit.contains(&f.name)
+                || m.handlers.contains(&f.name)
+                || w.protected_functions.contains(&f.name)
+                || w.protected_decorators.iter().any(|d| has_word(&f.decorators, d)));
+        named || via.is_some_and(|v| v.ends_with("atexit.register")) || {
+            let ctx = m.ctx(start, end);
+            ctx.finally || ctx.except
+        }
     }
 
     /// Every call of function `scope` is protected (and there is one).
-    fn scope_protected(&self, mi: usize, scope: usize, depth: usize, memo: &mut HashMap<(usize, usize), bool>) -> bool {
+    fn scope_protected(
+        &self,
+        check: &Check,
+        mi: usize,
+        scope: usize,
+        depth: usize,
+        memo: &mut HashMap<(usize, usize), bool>,
+    ) -> bool {
         if let Some(&v) = memo.get(&(mi, scope)) {
             return v;
         }
@@ -415,8 +439,8 @@ impl Program {
             && !callers.is_empty()
             && callers.iter().all(|&r| {
                 let c = self.call(r);
-                self.lex_protected(r.0, c.start, c.end, c.scope, c.via.as_deref())
-                    || self.scope_protected(r.0, c.scope, depth + 1, memo)
+                self.lex_protected(check, r.0, c.start, c.end, c.scope, c.via.as_deref())
+                    || self.scope_protected(check, r.0, c.scope, depth + 1, memo)
             });
         memo.insert((mi, scope), v);
         v
@@ -425,8 +449,8 @@ impl Program {
     /// `unprotected`: neither this call nor any other call of the same names in its file runs on
     /// the exception path.
     fn unprotected(&self, check: &Check, site: &Site) -> bool {
-        if self.lex_protected(site.module, site.start, site.end, site.scope, None)
-            || self.scope_protected(site.module, site.scope, 0, &mut HashMap::new())
+        if self.lex_protected(check, site.module, site.start, site.end, site.scope, None)
+            || self.scope_protected(check, site.module, site.scope, 0, &mut HashMap::new())
         {
             return false;
         }
@@ -434,7 +458,7 @@ impl Program {
         let m = &self.modules[site.module];
         !m.calls.iter().any(|c| {
             self.matches(site.module, c, &check.calls, &h)
-                && self.lex_protected(site.module, c.start, c.end, c.scope, c.via.as_deref())
+                && self.lex_protected(check, site.module, c.start, c.end, c.scope, c.via.as_deref())
         })
     }
 

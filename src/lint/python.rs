@@ -10,6 +10,8 @@ pub struct Scope {
     pub name: String,
     /// Defined directly in a class body: called as `x.name()`.
     pub is_method: bool,
+    /// Its decorators as written (`@pytest.fixture`).
+    pub decorators: String,
     pub start: usize,
     pub end: usize,
 }
@@ -94,7 +96,13 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
     }
     let mut m = Module {
         path: path.to_string(),
-        scopes: vec![Scope { name: "<module>".into(), is_method: false, start: 0, end: src.len() }],
+        scopes: vec![Scope {
+            name: "<module>".into(),
+            is_method: false,
+            decorators: String::new(),
+            start: 0,
+            end: src.len(),
+        }],
         calls: Vec::new(),
         imports: String::new(),
         atexit: HashSet::new(),
@@ -141,9 +149,12 @@ fn walk(src: &str, root: Node, m: &mut Module) {
                 let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
                 // A method's def sits in a class body block (maybe under a decorator).
                 let mut p = n.parent();
+                let mut decorators = String::new();
                 if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
                     let mut c = dec.walk();
                     for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
+                        decorators.push_str(text(src, d));
+                        decorators.push('\n');
                         if squash(text(src, d)).starts_with("@atexit.register") {
                             m.atexit.insert(name.clone());
                         }
@@ -152,7 +163,7 @@ fn walk(src: &str, root: Node, m: &mut Module) {
                 }
                 let is_method = p
                     .is_some_and(|b| b.kind() == "block" && b.parent().is_some_and(|c| c.kind() == "class_definition"));
-                m.scopes.push(Scope { name, is_method, start: n.start_byte(), end: n.end_byte() });
+                m.scopes.push(Scope { name, is_method, decorators, start: n.start_byte(), end: n.end_byte() });
                 scope = m.scopes.len() - 1;
             }
             "import_statement" | "import_from_statement" => {
