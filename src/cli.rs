@@ -48,8 +48,12 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff), or write every page (one per subcommand) into a folder.
+    Man {
+        /// Write epdoctor.1 and a page per subcommand here instead of printing the main page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Run one rank of the built-in workload (started by `repro`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -92,16 +96,16 @@ pub struct ExplainArgs {
     pub format: Format,
 
     /// Keep hostnames, addresses and home paths in Markdown output (redacted by default).
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Group the lines no rule explains by template, to help write new rules.
     #[arg(long)]
     pub unexplained: bool,
 
-    /// Evidence lines shown per finding.
-    #[arg(long, default_value_t = 5, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
-    pub evidence: usize,
+    /// Evidence lines shown per finding [default: 5 for the primary finding, 2 (text) or 3 (md) for the others].
+    #[arg(long, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
+    pub evidence: Option<usize>,
 
     /// Stop reading after this many bytes in all (e.g. a stdin that never ends).
     #[arg(long, value_name = "BYTES", env = "EPDOCTOR_MAX_BYTES")]
@@ -171,7 +175,7 @@ pub struct EnvArgs {
     pub format: Format,
 
     /// Keep hostnames, addresses and home paths (redacted by default in Markdown).
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Seconds allowed for probing python3/torch.
@@ -185,12 +189,12 @@ pub struct ReportArgs {
     #[arg(value_name = "LOG")]
     pub logs: Vec<PathBuf>,
 
-    /// A repro run folder whose comparison goes into the report.
-    #[arg(long, value_name = "DIR")]
-    pub repro: Option<PathBuf>,
+    /// Repro run folders whose comparisons go into the report (`--repro A B`, or repeat the flag).
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    pub repro: Vec<PathBuf>,
 
     /// Keep hostnames, addresses and home paths.
-    #[arg(long, env = "EPDOCTOR_NO_REDACT")]
+    #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
     /// Write the report here instead of stdout (an existing file is never overwritten).
@@ -237,7 +241,7 @@ pub enum RulesCommand {
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// Rewrite each fixture's expectations with what the engine now finds.
-        #[arg(long, env = "EPDOCTOR_BLESS")]
+        #[arg(long, env = "EPDOCTOR_BLESS", value_parser = env_bool)]
         bless: bool,
         #[command(flatten)]
         rule_opts: RuleOpts,
@@ -321,4 +325,14 @@ pub struct WorkloadSize {
     /// Dispatch + combine iterations.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
+}
+
+/// The value of a boolean flag's environment twin: 1/0, true/false, yes/no, on/off (any case); an
+/// empty value is false, as for NO_COLOR.
+fn env_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "y" => Ok(true),
+        "0" | "false" | "no" | "off" | "n" | "" => Ok(false),
+        _ => Err("expected 1/0, true/false, yes/no or on/off".into()),
+    }
 }

@@ -10,3 +10,12 @@ pub const ERROR: u8 = 2;
 pub const UNKNOWN: u8 = 3;
 /// repro: the harness itself failed (a cell could not be launched, or was interrupted).
 pub const HARNESS: u8 = 5;
+
+/// Every status and what it means, as the README's table and the man page's EXIT STATUS say.
+pub const TABLE: &[(u8, &str)] = &[
+    (OK, "clean or benign (explain); success (other commands)"),
+    (ACTIONABLE, "actionable findings (explain); a fixture failed (rules test)"),
+    (ERROR, "usage error, unreadable input, bad rule file, missing GPU library"),
+    (UNKNOWN, "unknown: warnings no rule explains (explain)"),
+    (HARNESS, "repro: the harness itself failed or was interrupted"),
+];

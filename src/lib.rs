@@ -4,22 +4,22 @@
 //! `repro` and `env` reuse that engine.
 
 pub mod cli;
+pub mod commands;
 pub mod env;
+mod error;
 pub mod exit;
-pub mod explain;
 pub mod lint;
 pub mod log;
 pub mod model;
-pub mod report;
+pub mod output;
 pub mod repro;
 pub mod rules;
 pub mod worker;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 
 use cli::{Cli, Command};
 
@@ -42,39 +42,30 @@ where
             return ExitCode::from(if e.use_stderr() { exit::ERROR } else { exit::OK });
         }
     };
-    report::color::init(cli.color);
+    output::color::init(cli.color);
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
-            report::color::print_error(&e);
-            ExitCode::from(exit::ERROR)
+            output::color::print_error(&e);
+            ExitCode::from(e.downcast_ref::<error::Error>().map_or(exit::ERROR, error::Error::exit_code))
         }
     }
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
-        Command::Explain(args) => explain::run(&args),
+        Command::Explain(args) => commands::explain::run(&args),
         Command::Repro(args) => repro::run(&args),
         Command::Env(args) => env::run(&args),
-        Command::Report(args) => env::report_command(&args),
+        Command::Report(args) => commands::report::run(&args),
         Command::Clean(args) => env::clean(&args),
-        Command::Rules(cmd) => rules::command(cmd),
+        Command::Rules(cmd) => commands::rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
         Command::Kernels(args) => worker::kernels_command(&args),
         Command::Worker(args) => worker::run(&args),
-        Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "epdoctor", &mut std::io::stdout());
-            Ok(exit::OK)
-        }
-        Command::Man => {
-            let mut out = std::io::stdout().lock();
-            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
-            out.flush()?;
-            Ok(exit::OK)
-        }
+        Command::Completions { shell } => commands::man::completions(shell),
+        Command::Man { dir } => commands::man::run(dir.as_deref()),
     }
 }
 

@@ -225,10 +225,15 @@ fn env_text_runs_without_gpu_and_says_so() {
         "variables",
         "leftovers",
         "checklist",
-        "[warn] NCCL_DEBUG is not set",
+        "[warn] NCCL_DEBUG is not set where epdoctor ran",
     ] {
         assert!(text.contains(part), "missing {part:?} in:\n{text}");
     }
+    // The hint says whose environment it describes: this shell's, not necessarily the job's.
+    assert!(
+        text.contains("a job started from this environment") && text.contains("the job's own environment"),
+        "{text}"
+    );
     // SAFETY: only tries to dlopen libcuda.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         assert!(text.contains("gpu:               no GPU driver"), "{text}");
@@ -511,6 +516,7 @@ fn report_to_a_new_file_and_never_over_one() {
         "## Logs",
         "epdoctor explain",
         "## Environment",
+        "The machine `epdoctor report` ran on, which need not be where the job ran.",
         "### Checklist",
     ] {
         assert!(md.contains(part), "missing {part:?}:\n{md}");
@@ -534,30 +540,32 @@ fn report_to_a_new_file_and_never_over_one() {
 #[test]
 fn report_with_a_repro_folder() {
     let d = tempfile::tempdir().unwrap();
-    let run = d.path().join("run");
-    std::fs::create_dir(&run).unwrap();
-    std::fs::write(run.join("report.md"), "# epdoctor repro\n\n| cell | verdict |\n| --- | --- |\n| 1 | benign |\n\n## Effect of each axis\n\n- teardown=abort: adds nccl-abort-pair\n").unwrap();
-    std::fs::write(run.join("cells.json"), r#"{"schema_version":1,"status":"interrupted","cells":[]}"#).unwrap();
+    let run = repro_run(d.path(), "run", "echo ran");
+    // A run cut short: cells.json says so (repro rewrites it after every cell).
+    let cells = run.join("cells.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cells).unwrap()).unwrap();
+    v["status"] = "interrupted".into();
+    std::fs::write(&cells, v.to_string()).unwrap();
     let out =
         epdoctor(d.path(), d.path()).args(["report", "--python-timeout", "5", "--repro"]).arg(&run).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let md = String::from_utf8(out.stdout).unwrap();
     assert!(md.contains("## Reproduction"), "{md}");
-    assert!(md.contains("## epdoctor repro"), "headings are nested one level down:\n{md}");
-    assert!(md.contains("### Effect of each axis"));
-    assert!(md.contains("interrupted") && md.contains("partial"), "{md}");
+    assert!(md.contains("\n### epdoctor repro\n"), "headings are nested under Reproduction:\n{md}");
+    assert!(md.contains("#### Cells"), "{md}");
+    assert!(md.contains("PARTIAL: interrupted"), "{md}");
     assert!(md.contains("No logs were given"));
 }
 
 #[test]
-fn report_repro_folder_without_report_md_is_a_clear_error() {
+fn report_repro_folder_without_cells_json_is_a_clear_error() {
     let d = tempfile::tempdir().unwrap();
     epdoctor(d.path(), d.path())
         .args(["report", "--repro"])
         .arg(d.path())
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("report.md"));
+        .stderr(predicates::str::contains("no cells.json in it"));
 }
 
 #[test]
@@ -576,4 +584,104 @@ fn report_bad_inputs_are_clear_errors() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("missing.log"));
+}
+
+/// A real repro run folder: `script` run by `sh -c` as the user's command, one cell.
+fn repro_run(d: &Path, name: &str, script: &str) -> PathBuf {
+    let run = d.join(name);
+    let out =
+        epdoctor(d, d).args(["repro", "-q", "--out"]).arg(&run).args(["--", "sh", "-c", script]).output().unwrap();
+    assert!(run.join("cells.json").is_file(), "{}", String::from_utf8_lossy(&out.stderr));
+    run
+}
+
+const PEER_LINE: &str =
+    "gpu-a17:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-a18<41234>";
+
+#[test]
+fn report_is_one_document_with_one_redactor() {
+    let d = tempfile::tempdir().unwrap();
+    // The run sees another host first, so a redactor of its own would number gpu-a17 differently.
+    let run = repro_run(
+        d.path(),
+        "run",
+        &format!("echo 'other-node:5:5 [0] x.cc:1 NCCL WARN first'; echo '{PEER_LINE}'; exit 1"),
+    );
+    let out = epdoctor(d.path(), d.path())
+        .args(["report", "--python-timeout", "5"])
+        .arg("tests/fixtures/snap/two-ranks.log")
+        .arg("--repro")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8(out.stdout).unwrap();
+    for leak in ["gpu-a17", "gpu-a18", "other-node"] {
+        assert!(!md.contains(leak), "{leak} unredacted:\n{md}");
+    }
+    let names: std::collections::BTreeSet<&str> = md
+        .lines()
+        .filter_map(|l| l.find(":1139:1151 [0] misc/socket.cc:50").map(|i| l[..i].rsplit([' ', '`']).next().unwrap()))
+        .collect();
+    assert!(md.contains("## Reproduction") && md.contains("last line"), "{md}");
+    assert_eq!(names.len(), 1, "one host, one pseudonym in the whole document: {names:?}\n{md}");
+}
+
+#[test]
+fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
+    let d = tempfile::tempdir().unwrap();
+    let a = repro_run(d.path(), "run-a", "echo a-ran");
+    let b = repro_run(d.path(), "run-b", "echo b-ran; exit 1");
+    let out = epdoctor(d.path(), d.path())
+        .args(["report", "--python-timeout", "5"])
+        .arg(example_log())
+        .arg("--repro")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(md.matches("## Reproduction").count(), 2, "{md}");
+    assert!(md.contains("run-a") && md.contains("run-b") && md.contains("b-ran"), "{md}");
+    assert!(md.contains("logs: verdict **benign**"), "the log is still explained: {md}");
+    // A run folder among the logs (`--repro a/ b/` with one --repro before the change) is refused.
+    let out = epdoctor(d.path(), d.path())
+        .args(["report", "--python-timeout", "5"])
+        .arg(&b)
+        .arg("--repro")
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("run-b") && err.contains("is a repro run folder") && err.contains("--repro"), "{err}");
+}
+
+/// Checks cite public sources (or docs/), never a document outside the repository.
+#[test]
+fn env_checks_cite_nothing_outside_the_repository() {
+    let d = tempfile::tempdir().unwrap();
+    for extra in [
+        vec![],
+        vec![
+            ("NCCL_DEBUG", "WARN"),
+            ("NVSHMEM_USE_NCCL", "0"),
+            ("NCCL_ABORT_ON_ERROR", "1"),
+            ("NCCL_NVLS_ENABLE", "1"),
+        ],
+    ] {
+        let mut c = epdoctor(d.path(), d.path());
+        for (k, v) in &extra {
+            c.env(k, v);
+        }
+        let out = c.args(["env", "--format", "json", "--python-timeout", "5"]).output().unwrap();
+        let v = json(&out);
+        for c in v["checks"].as_array().unwrap() {
+            let all = c.to_string();
+            assert!(!all.contains('§') && !all.contains("facts"), "{all}");
+        }
+    }
+    let src = std::fs::read_to_string("src/env/checks.rs").unwrap();
+    assert!(!src.contains("facts §"), "a check cites the shared facts document");
 }

@@ -282,3 +282,173 @@ fn user_rule_overrides_builtin_by_id() {
     assert_eq!(v["verdict"], "actionable");
     assert_eq!(v["primary"]["title"], "my own title");
 }
+
+#[test]
+fn boolean_environment_twins_take_the_usual_spellings() {
+    let md = |v: &str| {
+        let out = epdoctor()
+            .env("EPDOCTOR_NO_REDACT", v)
+            .args(["explain", "--format", "md", "tests/fixtures/snap/two-ranks.log"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "EPDOCTOR_NO_REDACT={v}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for on in ["1", "true", "yes", "on", "TRUE"] {
+        assert!(md(on).contains("gpu-a17"), "EPDOCTOR_NO_REDACT={on} keeps the hostname");
+    }
+    for off in ["0", "false", "no", "off", ""] {
+        assert!(!md(off).contains("gpu-a17"), "EPDOCTOR_NO_REDACT={off:?} still redacts");
+    }
+    // The README's own example: EPDOCTOR_BLESS=1 is accepted (here on a copy of one fixture).
+    let d = tempfile::tempdir().unwrap();
+    let fx = d.path().join("teardown.log");
+    std::fs::copy("rules/fixtures/teardown/deepep-41-abort-pair.log", &fx).unwrap();
+    let out = epdoctor().env("EPDOCTOR_BLESS", "1").args(["rules", "test"]).arg(&fx).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The README names exactly the flags that have an `EPDOCTOR_*` twin.
+#[test]
+fn readme_lists_every_environment_twin() {
+    use clap::CommandFactory;
+    fn walk(c: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        for a in c.get_arguments() {
+            if let Some(e) = a.get_env() {
+                out.insert(e.to_string_lossy().into_owned());
+            }
+        }
+        c.get_subcommands().filter(|s| !s.is_hide_set()).for_each(|s| walk(s, out));
+    }
+    let mut twins = Default::default();
+    walk(&epdoctor::cli::Cli::command(), &mut twins);
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let start = readme.find("\nEnvironment twins:").expect("an 'Environment twins:' paragraph");
+    let line = readme[start + 1..].split("\n\n").next().unwrap();
+    let listed: std::collections::BTreeSet<String> = line
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.starts_with("EPDOCTOR_"))
+        .map(|w| w.split('=').next().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, twins, "README's 'Environment twins:' line vs the flags in src/cli.rs");
+}
+
+#[test]
+fn rule_prose_is_markdown_log_text_stays_escaped_and_the_rank_is_said_once() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.toml");
+    std::fs::write(
+        &rules,
+        r#"[[rule]]
+id = "prose-check"
+title = "Teardown <b>x</b> check"
+category = "teardown"
+severity = "error"
+patterns = ['ProcessGroupNCCL\.cpp:\d+\] Warning: prose check']
+root_cause = "The `ncclCommAbort` path ran, as in NCCL <2.23.4."
+fix = "Call `destroy_process_group()` **before** exit."
+refs = ["https://github.com/pytorch/pytorch/issues/1"]
+"#,
+    )
+    .unwrap();
+    let log = d.path().join("rank2.log");
+    std::fs::write(
+        &log,
+        "[rank2]:[W1129 13:54:38.758 ProcessGroupNCCL.cpp:1575] Warning: prose check <img src=x> `tick`\n",
+    )
+    .unwrap();
+    let out = epdoctor()
+        .args(["explain", "--no-builtin-rules", "--rules"])
+        .arg(&rules)
+        .args(["--format", "md"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        md.contains("The `ncclCommAbort` path ran, as in NCCL &lt;2.23.4."),
+        "rule prose renders as Markdown:\n{md}"
+    );
+    assert!(md.contains("Call `destroy_process_group()` **before** exit."), "{md}");
+    assert!(md.contains("Teardown &lt;b&gt;x&lt;/b&gt; check") || md.contains("Teardown &lt;b>x&lt;/b> check"), "{md}");
+    // The log line sits in a code block, verbatim.
+    assert!(md.contains("Warning: prose check <img src=x> `tick`"), "{md}");
+    assert!(!md.contains("[rank 2]: [rank2]:"), "the rank is not said twice:\n{md}");
+    let text = epdoctor().args(["explain", "--no-builtin-rules", "--rules"]).arg(&rules).arg(&log).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(!text.contains("rank 2: [rank2]:"), "{text}");
+}
+
+#[test]
+fn evidence_n_applies_to_every_finding_in_text_and_md() {
+    let d = tempfile::tempdir().unwrap();
+    let rules = d.path().join("r.toml");
+    std::fs::write(
+        &rules,
+        r#"[[rule]]
+id = "ev-primary"
+title = "Primary"
+category = "runtime"
+severity = "fatal"
+patterns = ['primary failure']
+root_cause = "x"
+fix = "y"
+
+[[rule]]
+id = "ev-secondary"
+title = "Secondary"
+category = "runtime"
+severity = "warning"
+patterns = ['secondary line \d+']
+root_cause = "x"
+fix = "y"
+"#,
+    )
+    .unwrap();
+    let log = d.path().join("a.log");
+    let mut text = String::from("primary failure\n");
+    for i in 1..=6 {
+        text.push_str(&format!("secondary line {i}\n"));
+    }
+    std::fs::write(&log, text).unwrap();
+    for format in ["text", "md"] {
+        let out = epdoctor()
+            .args(["explain", "--no-builtin-rules", "--evidence", "4", "--format", format, "--rules"])
+            .arg(&rules)
+            .arg(&log)
+            .output()
+            .unwrap();
+        let s = String::from_utf8(out.stdout).unwrap();
+        for i in 1..=4 {
+            assert!(s.contains(&format!("secondary line {i}")), "--evidence 4, {format}: line {i} missing:\n{s}");
+        }
+        assert!(!s.contains("secondary line 5"), "{format}:\n{s}");
+    }
+}
+
+#[test]
+fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
+    let out = epdoctor().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
+    for code in ["0", "1", "2", "3", "5"] {
+        assert!(page.contains(&format!(".TP\n{code}\n")), "exit status {code} missing:\n{page}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    epdoctor().args(["man", "--dir"]).arg(d.path()).assert().code(0);
+    let mut named = Vec::new();
+    for e in std::fs::read_dir(d.path()).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for w in text.split_whitespace().filter(|w| w.ends_with("(1)")) {
+            named.push(w.trim_end_matches("(1)").replace("\\-", "-"));
+        }
+    }
+    assert!(named.iter().any(|n| n == "epdoctor-explain"), "{named:?}");
+    for n in named {
+        assert!(d.path().join(format!("{n}.1")).is_file(), "{n}(1) is named but not generated");
+    }
+    assert!(!d.path().join("epdoctor-help.1").exists() && !d.path().join("epdoctor-worker.1").exists());
+}

@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use epdoctor::explain::analyze_bytes;
+use epdoctor::commands::explain::analyze_bytes;
 use epdoctor::model::Analysis;
 use epdoctor::rules::version::Version;
 use epdoctor::rules::{schema, Engine, Options};

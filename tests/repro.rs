@@ -110,7 +110,7 @@ fn alive_under(run: &Path) -> Vec<String> {
 fn md_table(report: &str) -> Vec<Vec<String>> {
     report
         .lines()
-        .filter(|l| l.starts_with('|') && !l.starts_with("|--") && !l.starts_with("|-"))
+        .filter(|l| l.starts_with('|') && !l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ')))
         .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
         .collect()
 }
@@ -633,6 +633,112 @@ fn bad_input_is_refused_before_anything_runs() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
     }
+}
+
+/// Markdown outside code spans and fences: what a renderer treats as markup.
+fn outside_code(md: &str) -> String {
+    let mut out = String::new();
+    let mut fence: Option<String> = None;
+    for line in md.lines() {
+        let t = line.trim_start();
+        if let Some(f) = &fence {
+            if t.starts_with(f.as_str()) {
+                fence = None;
+            }
+            continue;
+        }
+        if t.starts_with("```") {
+            fence = Some(t.chars().take_while(|&c| c == '`').collect());
+            continue;
+        }
+        // Drop code spans: a run of n backticks up to the next run of exactly n.
+        let b: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == '`' {
+                let n = b[i..].iter().take_while(|&&c| c == '`').count();
+                let mut j = i + n;
+                let mut closed = None;
+                while j < b.len() {
+                    if b[j] == '`' {
+                        let m = b[j..].iter().take_while(|&&c| c == '`').count();
+                        if m == n {
+                            closed = Some(j + m);
+                            break;
+                        }
+                        j += m;
+                    } else {
+                        j += 1;
+                    }
+                }
+                match closed {
+                    Some(end) => i = end,
+                    None => {
+                        out.extend(&b[i..i + n]);
+                        i += n;
+                    }
+                }
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn log_text_reaches_report_md_escaped_and_redacted() {
+    let s = Scratch::new();
+    let script = "echo '[epdoctor] rank=0 phase=init t=1 note: <img src=x onerror=alert(1)> @octocat [x](https://evil.example)'; \
+                  echo 'gpu-node-9:12:34 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-node-10<41234>'; \
+                  echo 'leaving <b>now</b> @octocat see [here](https://evil.example) from gpu-node-9'; exit 1";
+    let out = run_ok(s.cmd().args(["-q", "--", "sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = std::fs::read_to_string(s.run().join("report.md")).unwrap();
+    assert!(report.contains("last line"), "the failing process's last line is shown: {report}");
+    for leak in ["gpu-node-9", "gpu-node-10"] {
+        assert!(!report.contains(leak), "{leak} unredacted in report.md:\n{report}");
+    }
+    let markup = outside_code(&report);
+    for raw in ["<img", "<b>", "@octocat", "](https://", "https://evil"] {
+        assert!(!markup.contains(raw), "{raw} reaches report.md as markup:\n{report}");
+    }
+}
+
+#[test]
+fn every_usage_error_is_found_before_any_cell_runs() {
+    let s = Scratch::new();
+    let bad = s.dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[rule]]\nid = \"x\"\nthis is not toml\n").unwrap();
+    let out = run_ok(s.cmd().arg("--rules").arg(&bad).args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "a bad rule file is a usage error: {}", stderr(&out));
+    assert!(stderr(&out).contains("bad.toml"), "{}", stderr(&out));
+    assert!(!s.run().exists(), "no run folder for a usage error");
+
+    // Several problems: one message naming each.
+    let out = run_ok(s.cmd().arg("--rules").arg(&bad).args(["--teardown", "clean,explode", "--timeout", "0"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    for want in ["bad.toml", "unknown teardown mode \"explode\"", "--timeout must be a positive number"] {
+        assert!(err.contains(want), "{want:?} missing from {err}");
+    }
+    assert!(!s.run().exists());
+}
+
+#[test]
+fn the_builtin_workload_without_gpu_libraries_is_refused_before_running() {
+    let gpus = std::fs::read_dir("/proc/driver/nvidia/gpus").map(|d| d.count()).unwrap_or(0);
+    if gpus > 0 {
+        eprintln!("this machine has an NVIDIA driver: the no-GPU refusal cannot be seen here");
+        return;
+    }
+    let s = Scratch::new();
+    let out = run_ok(s.cmd().env_remove("EPDOCTOR_WORKER_CMD").args(["--ranks", "2"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the workload needs GPU libraries that cannot be loaded"), "{}", stderr(&out));
+    assert!(!s.run().exists(), "no run folder: nothing was run");
 }
 
 #[test]

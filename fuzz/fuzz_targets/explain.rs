@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let named: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (n.as_str(), *b)).collect();
     let (analysis, [_text, md, json]) =
-        epdoctor::explain::analyze_bytes(engine(), &named, &opts).expect("in-memory input never fails to open");
+        epdoctor::commands::explain::analyze_bytes(engine(), &named, &opts).expect("in-memory input never fails to open");
     let back: serde_json::Value = serde_json::from_str(&json).expect("JSON output parses");
     assert_eq!(back["verdict"], analysis.verdict.as_str());
     // Log text never leaves a code block as HTML or a mention.

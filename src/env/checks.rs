@@ -1,5 +1,6 @@
-//! The checklist: one verdict per line, each grounded in nccl-teardown-facts.md (§ given in the
-//! text) or in a cited public source. Nothing here claims more than those sources support.
+//! The checklist: one verdict per line, each citing the public source it rests on (NCCL, PyTorch,
+//! NVSHMEM or DeepEP source and threads) or our own runs in docs/results/. Nothing here claims
+//! more than those sources support.
 use serde::Serialize;
 
 use super::{vars, EnvReport};
@@ -56,14 +57,14 @@ pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 
 pub const GIB: u64 = 1 << 30;
 
-/// What an NCCL version means for teardown warnings (facts §1.4, h200-findings.md).
+/// What an NCCL version means for teardown warnings (NCCL src/proxy.cc history; docs/results/ for 2.31+).
 pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
     if v < (2, 23, 4) {
         (
             Status::Warn,
             "ncclCommAbort prints the WARN trio \"[Service thread] Accept failed ...\", \"Could not receive type from \
              localRank N, res=3, closed=0\", \"Failed to execute operation Close from rank N, retcode 3\" (DeepEP #41); \
-             harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (facts §1.3, §1.4)."
+             harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
     } else if v < (2, 30, 3) {
@@ -71,14 +72,14 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
             Status::Info,
             "the abort-path pair is silenced (since 2.23.4), but \"[Service thread] Accept failed\" is still a WARN \
              until 2.30.3; warnings with res=6 / \"Connection closed by remote peer\" mean a peer really exited early \
-             (facts §1.3, §1.4)."
+             (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
     } else if v < (2, 31, 0) {
         (
             Status::Ok,
             "normal teardown is quiet: the abort pair is silenced and Accept failed is INFO; peer-gone warnings \
-             (res=6, \"Connection closed by remote peer\") remain real (facts §1.4)."
+             (res=6, \"Connection closed by remote peer\") remain real (NCCL src/misc/socket.cc)."
                 .into(),
         )
     } else {
@@ -149,7 +150,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 "p2p",
                 Status::Warn,
                 format!("no peer access for {}", missing.join(", ")),
-                "between these GPUs NCCL cannot use P2P; intranode traffic goes through SHM (host memory, still proxied) (facts §2.1, NCCL_P2P_DISABLE)",
+                "between these GPUs NCCL cannot use P2P; intranode traffic goes through SHM (host memory, still proxied) (NCCL src/graph/paths.cc, NCCL_P2P_DISABLE)",
                 &[],
             ));
         }
@@ -160,7 +161,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 Status::Info,
                 "NCCL_NVLS_ENABLE is not 0 on a multi-GPU host",
                 format!(
-                    "{} (default 2 = auto). NVLink SHARP uses fd exchange over the UDS service; on shared multi-GPU hosts keep NCCL_NVLS_ENABLE=0 (facts §2.1)",
+                    "{} (default 2 = auto). NVLink SHARP uses fd exchange over the UDS service; on shared multi-GPU hosts keep NCCL_NVLS_ENABLE=0 (NCCL src/transport/nvls.cc)",
                     other.map_or("unset".to_string(), |(v, from)| format!("set to {v} ({from})"))
                 ),
                 &[],
@@ -173,8 +174,8 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         None => out.push(check(
             "nccl-debug",
             Status::Warn,
-            "NCCL_DEBUG is not set",
-            "NCCL prints nothing, not even WARN, without NCCL_DEBUG: teardown warnings cannot appear in your logs. Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_SUBSYS=INIT,PROXY,NET) to see them (facts §2.1)",
+            "NCCL_DEBUG is not set where epdoctor ran",
+            "NCCL prints nothing, not even WARN, without NCCL_DEBUG, so a job started from this environment cannot show teardown warnings. Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_SUBSYS=INIT,PROXY,NET) to see them; if the job ran elsewhere (a batch script, another node), look at the job's own environment instead (NCCL src/debug.cc)",
             &[],
         )),
         Some((v, from)) => out.push(check("nccl-debug", Status::Ok, format!("NCCL_DEBUG={v}"), format!("from {from}"), &[])),
@@ -184,7 +185,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "unknown-variable",
             Status::Warn,
             "NCCL_ABORT_ON_ERROR does nothing",
-            format!("set to {v} ({from}), but no NCCL release has such a parameter; the nearest knobs are PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ENABLE_MONITORING (facts §2.1)"),
+            format!("set to {v} ({from}), but no NCCL release has such a parameter; the nearest knobs are PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ENABLE_MONITORING (NCCL's source and its environment-variable documentation have no such name)"),
             &[],
         ));
     }
@@ -241,11 +242,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         (Some(t), _) => {
             if let Some(tv) = parse_version(t) {
                 let (status, text) = if tv < (2, 4, 0) {
-                    (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (facts §4.2)")
+                    (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (PyTorch ProcessGroupNCCL.cpp; PR #119250)")
                 } else if tv < (2, 6, 0) {
-                    (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (facts §4.2, §6d)")
+                    (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (PyTorch PRs #119250 and #141510)")
                 } else {
-                    (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (facts §4.2; 2.6 inferred from PR #141510)")
+                    (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (PyTorch PR #141510; 2.6 inferred from its date)")
                 };
                 out.push(check(
                     "torch-teardown",
@@ -311,7 +312,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "shm-leftovers",
             Status::Ok,
             "no /dev/shm/nccl-* files",
-            "NCCL unlinks its /dev/shm files as soon as every peer has attached, so even an exit without destroy_process_group leaves none; only a crash between creation and the last attach can (facts §6a)",
+            "NCCL unlinks its /dev/shm files as soon as every peer has attached, so even an exit without destroy_process_group leaves none; only a crash between creation and the last attach can (NCCL src/misc/shmutils.cc)",
             &[],
         ));
     } else if stale > 0 {
@@ -319,7 +320,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "shm-leftovers",
             Status::Warn,
             format!("{stale} /dev/shm/nccl-* file(s) that no live process holds"),
-            "left by a process that died between creating a segment and its last peer attaching (facts §6a). They only take memory; `epdoctor clean` lists them and `--yes` deletes them",
+            "left by a process that died between creating a segment and its last peer attaching (NCCL src/misc/shmutils.cc). They only take memory; `epdoctor clean` lists them and `--yes` deletes them",
             &[],
         ));
     } else if unknown > 0 {
@@ -358,13 +359,13 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         "sysv-shm",
         Status::Ok,
         format!("{} SysV shared-memory segment(s); none is NCCL's", r.sysv_segments.len()),
-        "NCCL never uses SysV shared memory (no shmget in its source), so `ipcs -m` cannot show NCCL leftovers; look at /dev/shm/nccl-* files and @/tmp/nccl-socket-* in /proc/net/unix instead (facts §6e)",
+        "NCCL never uses SysV shared memory (no shmget in its source), so `ipcs -m` cannot show NCCL leftovers; look at /dev/shm/nccl-* files and @/tmp/nccl-socket-* in /proc/net/unix instead (NCCL src/misc/shmutils.cc, src/misc/ipcsocket.cc)",
         &[],
     ));
 
     // Abstract sockets.
     if r.nccl_sockets.is_empty() {
-        out.push(check("nccl-sockets", Status::Ok, "no NCCL UDS sockets", "abstract sockets (@/tmp/nccl-socket-*) vanish with the last process holding them; they cannot outlive a job (facts §2.1)", &[]));
+        out.push(check("nccl-sockets", Status::Ok, "no NCCL UDS sockets", "abstract sockets (@/tmp/nccl-socket-*) vanish with the last process holding them; they cannot outlive a job (NCCL src/misc/ipcsocket.cc)", &[]));
     } else {
         let mut pids: Vec<String> =
             r.nccl_sockets.iter().flat_map(|s| s.holders.iter().map(|h| format!("{} ({})", h.pid, h.comm))).collect();
@@ -375,7 +376,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             Status::Info,
             format!("{} NCCL UDS socket(s) live", r.nccl_sockets.len()),
             format!(
-                "a running NCCL job ({}); abstract sockets go away with their process, nothing to clean (facts §2.1)",
+                "a running NCCL job ({}); abstract sockets go away with their process, nothing to clean (NCCL src/misc/ipcsocket.cc)",
                 if pids.is_empty() { "holders not visible".into() } else { pids.join(", ") }
             ),
             &[],
@@ -388,7 +389,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "nvshmem",
             Status::Info,
             "no NVSHMEM host library found",
-            "DeepEP's intranode kernels use CUDA IPC and never initialise NVSHMEM (num_rdma_bytes = 0), so it plays no part in intranode teardown warnings (facts §4.3, §6b)",
+            "DeepEP's intranode kernels use CUDA IPC and never initialise NVSHMEM (num_rdma_bytes = 0), so it plays no part in intranode teardown warnings (DeepEP deep_ep/buffer.py: NVSHMEM is set up only when num_rdma_bytes > 0)",
             &[],
         ));
     }
@@ -405,7 +406,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             Status::Info,
             format!("NVSHMEM {} ({}): {what}", l.version.as_deref().unwrap_or("?"), l.path),
             format!(
-                "{}. NVSHMEM_USE_NCCL is a build option; at run time NVSHMEM_DISABLE_NCCL=1 keeps a library built with NCCL from loading libnccl at nvshmem_init. Neither touches the torch.distributed communicators that print the teardown warnings (facts §5, §6b, §6c)",
+                "{}. NVSHMEM_USE_NCCL is a build option; at run time NVSHMEM_DISABLE_NCCL=1 keeps a library built with NCCL from loading libnccl at nvshmem_init. Neither touches the torch.distributed communicators that print the teardown warnings (NVSHMEM cmake_config/NVSHMEMEnv.cmake; NVSHMEM_DISABLE_NCCL in NVSHMEM's environment-variable documentation)",
                 sup.map_or("", |s| s.evidence.as_str())
             ),
             &[],
@@ -416,7 +417,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             "nvshmem-use-nccl",
             Status::Warn,
             "NVSHMEM_USE_NCCL is set at run time",
-            format!("set to {v} ({from}), but it is read by NVSHMEM's CMake when building NVSHMEM, not by the library; to keep NVSHMEM from using NCCL at run time set NVSHMEM_DISABLE_NCCL=1. It does not remove the NCCL teardown warnings either (facts §5, §6c)"),
+            format!("set to {v} ({from}), but it is read by NVSHMEM's CMake when building NVSHMEM, not by the library; to keep NVSHMEM from using NCCL at run time set NVSHMEM_DISABLE_NCCL=1. It does not remove the NCCL teardown warnings either (NVSHMEM cmake_config/NVSHMEMEnv.cmake)"),
             &[],
         ));
     }
@@ -467,7 +468,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         "ptrace",
         Status::Info,
         format!("ptrace_scope {scope}, CAP_SYS_PTRACE {cap}"),
-        "NCCL (>= 2.19) passes cuMem handles as file descriptors over its UDS service, which needs no ptrace rights (facts §1.1); tools that fetch a peer's fd with pidfd_getfd (e.g. PyTorch IPC of expandable segments) need ptrace_scope 0 or CAP_SYS_PTRACE",
+        "NCCL (>= 2.19) passes cuMem handles as file descriptors over its UDS service, which needs no ptrace rights (NCCL src/proxy.cc, ncclProxyServiceUDS, 2.19+); tools that fetch a peer's fd with pidfd_getfd (e.g. PyTorch IPC of expandable segments) need ptrace_scope 0 or CAP_SYS_PTRACE",
         &["https://github.com/pytorch/pytorch/pull/130890"],
     ));
     out

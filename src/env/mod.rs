@@ -1,8 +1,7 @@
-//! `env`, `report` and `clean`: the environment and leftovers a bug report needs.
+//! `env` and `clean`: the environment and leftovers a bug report needs.
 //!
-//! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line agrees
-//! with nccl-teardown-facts.md; `render` writes it as text, Markdown or JSON.
-pub mod bundle;
+//! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line cites
+//! its public source; `output::env` writes it as text, Markdown or JSON.
 pub mod checks;
 pub mod clean;
 pub mod elf;
@@ -10,7 +9,6 @@ pub mod gpu;
 pub mod libs;
 pub mod procs;
 pub mod python;
-pub mod render;
 pub mod shm;
 pub mod vars;
 
@@ -19,7 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{CleanArgs, EnvArgs, ReportArgs};
+use crate::cli::{CleanArgs, EnvArgs};
 use procs::{Holder, ProcScan};
 
 pub const ENV_SCHEMA_VERSION: u32 = 1;
@@ -315,16 +313,12 @@ pub fn run(args: &EnvArgs) -> anyhow::Result<u8> {
         anyhow::bail!("--python-timeout must be a positive number of seconds, got {}", args.python_timeout);
     }
     let r = collect(&Sources::system(Duration::from_secs_f64(args.python_timeout)));
-    let out = render::render(&r, args.format, !args.no_redact);
+    let out = crate::output::env::render(&r, args.format, !args.no_redact);
     use std::io::Write;
     let mut so = std::io::stdout().lock();
     so.write_all(out.as_bytes())?;
     so.flush()?;
     Ok(crate::exit::OK)
-}
-
-pub fn report_command(args: &ReportArgs) -> anyhow::Result<u8> {
-    bundle::run(args)
 }
 
 pub fn clean(args: &CleanArgs) -> anyhow::Result<u8> {

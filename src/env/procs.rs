@@ -47,7 +47,7 @@ pub fn parse_net_unix(text: &str) -> Vec<UnixSocket> {
 }
 
 /// The abstract sockets NCCL's UDS service binds: `@/tmp/nccl-socket-<rank>-<hash>`
-/// (nccl-teardown-facts.md §2.1, §6e).
+/// (NCCL src/misc/ipcsocket.cc, `USE_ABSTRACT_SOCKET`).
 pub fn is_nccl_socket(path: &str) -> bool {
     path.starts_with("@/tmp/nccl-socket-") || path.starts_with("@nccl-socket-")
 }

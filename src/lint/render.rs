@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use crate::cli::LintFormat;
 use crate::model::{Finding, LintReport, Severity};
-use crate::report::color::paint;
-use crate::report::markdown::{code_block, inline};
+use crate::output::color::paint;
+use crate::output::markdown::{code_block, inline};
 
 pub fn render(r: &LintReport, format: LintFormat) -> String {
     match format {

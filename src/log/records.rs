@@ -225,21 +225,20 @@ impl Assembler {
 
     /// Open a record if `msg` starts one.
     fn start(&mut self, line: u64, raw: &str, p: &Prefixed<'_>, key: Option<u32>, msg: &str) -> Fed {
-        let (kind, stage, role) = if msg.starts_with("Traceback (most recent call last)") {
-            (Kind::Traceback, Stage::Frames, Role::Context)
-        } else if msg.starts_with("Exception ignored in") {
-            (Kind::Traceback, Stage::Frames, Role::Context)
-        } else if msg.starts_with("terminate called after throwing an instance of") {
-            (Kind::Terminate, Stage::Message, Role::Match)
-        } else if is_crash_head(msg) {
-            (Kind::Crash, Stage::Message, Role::Match)
-        } else if is_wrapped_c10_header(msg) {
-            (Kind::Wrapped, Stage::Message, Role::Match)
-        } else if msg.trim_end().ends_with("Last error:") {
-            (Kind::LastError, Stage::Message, Role::Match)
-        } else {
-            return Fed::Alone;
-        };
+        let (kind, stage, role) =
+            if msg.starts_with("Traceback (most recent call last)") || msg.starts_with("Exception ignored in") {
+                (Kind::Traceback, Stage::Frames, Role::Context)
+            } else if msg.starts_with("terminate called after throwing an instance of") {
+                (Kind::Terminate, Stage::Message, Role::Match)
+            } else if is_crash_head(msg) {
+                (Kind::Crash, Stage::Message, Role::Match)
+            } else if is_wrapped_c10_header(msg) {
+                (Kind::Wrapped, Stage::Message, Role::Match)
+            } else if msg.trim_end().ends_with("Last error:") {
+                (Kind::LastError, Stage::Message, Role::Match)
+            } else {
+                return Fed::Alone;
+            };
         if self.open.len() >= MAX_OPEN {
             let o = self.open.remove(0);
             self.done.push(o.close());

@@ -16,7 +16,7 @@ use super::leftovers::{self, Leftovers, Membership};
 use super::markers::{self, RankMarkers};
 use super::matrix::{AxisKind, CellPlan, Plan, Workload};
 use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
-use crate::cli::RuleOpts;
+use crate::rules::Engine;
 
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
 pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
@@ -41,7 +41,7 @@ pub fn run_cell(
     cp: &CellPlan,
     cell_dir: &Path,
     launcher: &Launcher,
-    rules: &RuleOpts,
+    engine: &Engine,
     stop: &dyn Interrupts,
     tick: &mut dyn FnMut(),
 ) -> anyhow::Result<Cell> {
@@ -87,7 +87,7 @@ pub fn run_cell(
 
     let logs = log_files(cell_dir);
     let warn_lines = logs.iter().filter(|p| !p.ends_with(HARNESS_FILE)).map(|p| count_warn_lines(p)).sum();
-    let (analysis, explain_error) = match super::explain_cell(&logs, rules) {
+    let (analysis, explain_error) = match super::explain_cell(&logs, engine) {
         Ok(a) => (Some(a), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::ReproArgs;
@@ -110,21 +110,30 @@ impl Host {
     }
 }
 
-/// Validate the flags and build the plan; every usage error is reported here, before any work.
-pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
+/// Validate the flags and build the plan; every usage error is found here, before any work, and
+/// all of them are returned together.
+pub fn plan(args: &ReproArgs, ctx: &Host) -> Result<Plan, Vec<String>> {
+    let mut problems: Vec<String> = Vec::new();
+    let mut bad = |p: String| problems.push(p);
     if args.repeat == 0 {
-        bail!("--repeat must be at least 1");
+        bad("--repeat must be at least 1".into());
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        bail!("--timeout must be a positive number of seconds, got {}", args.timeout);
+        bad(format!("--timeout must be a positive number of seconds, got {}", args.timeout));
     }
     if !(args.grace.is_finite() && args.grace >= 0.0) {
-        bail!("--grace must be zero or a positive number of seconds, got {}", args.grace);
+        bad(format!("--grace must be zero or a positive number of seconds, got {}", args.grace));
     }
     let workload = if args.command.is_empty() {
         let ranks = match args.ranks {
-            Some(0) => bail!("--ranks must be at least 1"),
-            Some(n) if n > 64 => bail!("--ranks {n} is more than this harness runs on one host (64)"),
+            Some(0) => {
+                bad("--ranks must be at least 1".into());
+                1
+            }
+            Some(n) if n > 64 => {
+                bad(format!("--ranks {n} is more than this harness runs on one host (64)"));
+                n
+            }
             Some(n) => n,
             None if ctx.gpus >= 2 => ctx.gpus.min(8),
             None => 2,
@@ -132,10 +141,11 @@ pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
         Workload::Builtin { ranks }
     } else {
         if !args.teardown.is_empty() {
-            bail!("--teardown applies to the built-in workload only; with `-- CMD` your command decides how it ends");
+            bad("--teardown applies to the built-in workload only; with `-- CMD` your command decides how it ends"
+                .into());
         }
         if args.command[0].is_empty() {
-            bail!("the command after `--` is empty");
+            bad("the command after `--` is empty".into());
         }
         Workload::Command(args.command.clone())
     };
@@ -143,16 +153,21 @@ pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
     let mut axes = Vec::new();
     let mut libs = Vec::new();
     for p in &args.nccl_lib {
-        let meta = std::fs::metadata(p).with_context(|| format!("--nccl-lib {}", p.display()))?;
-        if !meta.is_file() {
-            bail!("--nccl-lib {} is not a file (give the path of a libnccl.so)", p.display());
+        match std::fs::metadata(p) {
+            Err(e) => bad(format!("--nccl-lib {}: {e}", p.display())),
+            Ok(m) if !m.is_file() => {
+                bad(format!("--nccl-lib {} is not a file (give the path of a libnccl.so)", p.display()))
+            }
+            Ok(_) => {
+                let abs = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
+                let s = abs.to_string_lossy().into_owned();
+                if libs.contains(&s) {
+                    bad(format!("--nccl-lib {} given twice", p.display()));
+                } else {
+                    libs.push(s);
+                }
+            }
         }
-        let abs = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
-        let s = abs.to_string_lossy().into_owned();
-        if libs.contains(&s) {
-            bail!("--nccl-lib {} given twice", p.display());
-        }
-        libs.push(s);
     }
     if libs.is_empty() {
         libs.push(String::new());
@@ -164,15 +179,15 @@ pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
         for m in &args.teardown {
             let m = m.trim();
             if !teardown_mode_names().any(|k| k == m) {
-                bail!(
+                bad(format!(
                     "unknown teardown mode {m:?}; the modes are: {}",
                     teardown_mode_names().collect::<Vec<_>>().join(", ")
-                );
+                ));
+            } else if modes.iter().any(|x| x == m) {
+                bad(format!("teardown mode {m:?} given twice"));
+            } else {
+                modes.push(m.to_string());
             }
-            if modes.iter().any(|x| x == m) {
-                bail!("teardown mode {m:?} given twice");
-            }
-            modes.push(m.to_string());
         }
         if modes.is_empty() {
             modes = teardown_mode_names().map(String::from).collect();
@@ -181,11 +196,16 @@ pub fn plan(args: &ReproArgs, ctx: &Host) -> anyhow::Result<Plan> {
     }
 
     for spec in &args.env {
-        let axis = parse_env_axis(spec)?;
-        if axes.iter().any(|a| a.kind == AxisKind::Env && a.name == axis.name) {
-            bail!("--env {} given twice; put every value in one --env {}=v1,v2", axis.name, axis.name);
+        match parse_env_axis(spec) {
+            Err(e) => bad(format!("{e:#}")),
+            Ok(axis) if axes.iter().any(|a| a.kind == AxisKind::Env && a.name == axis.name) => {
+                bad(format!("--env {} given twice; put every value in one --env {}=v1,v2", axis.name, axis.name))
+            }
+            Ok(axis) => axes.push(axis),
         }
-        axes.push(axis);
+    }
+    if !problems.is_empty() {
+        return Err(problems);
     }
 
     let user_sets =
@@ -342,7 +362,7 @@ mod tests {
         assert_eq!(p.axes.len(), 1);
         assert_eq!(p.cells.len(), 1);
         let e = plan(&args(&["--teardown", "abort", "--", "true"]), &ctx(1, &[])).unwrap_err();
-        assert!(e.to_string().contains("built-in workload only"), "{e}");
+        assert!(e[0].contains("built-in workload only"), "{e:?}");
     }
 
     #[test]
@@ -364,8 +384,11 @@ mod tests {
             (vec!["--nccl-lib", "/nonexistent/libnccl.so.2"], "/nonexistent/libnccl.so.2"),
             (vec!["--nccl-lib", "/"], "is not a file"),
         ] {
-            let e = format!("{:#}", plan(&args(&a), &c).unwrap_err());
-            assert!(e.contains(want), "{a:?}: {e}");
+            let e = plan(&args(&a), &c).unwrap_err();
+            assert!(e.len() == 1 && e[0].contains(want), "{a:?}: {e:?}");
         }
+        // All at once: each named.
+        let e = plan(&args(&["--teardown", "explode", "--repeat", "0", "--env", "1X=a"]), &c).unwrap_err();
+        assert_eq!(e.len(), 3, "{e:?}");
     }
 }

@@ -12,7 +12,6 @@ pub mod launch;
 pub mod leftovers;
 pub mod markers;
 pub mod matrix;
-pub mod render;
 pub mod result;
 
 use std::collections::BTreeSet;
@@ -23,25 +22,30 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{Format, ReproArgs, RuleOpts};
+use crate::cli::{Format, ReproArgs};
 use crate::model::Analysis;
+use crate::output::repro as render;
+use crate::rules::Engine;
 use matrix::{AxisKind, Plan, Workload};
 use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 
 pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 
-/// The one call into the explain engine.
-pub(crate) fn explain_cell(paths: &[PathBuf], rules: &RuleOpts) -> anyhow::Result<Analysis> {
-    crate::explain::analyze(paths, rules)
+/// The one call into the explain engine (built once per run, before any cell).
+pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
+    let x = crate::log::expand(paths)?;
+    let mut a = engine.analyze(&x.inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
+    a.notes.extend(x.notes);
+    Ok(a)
 }
 
-/// The one call into the redactor: report.md is meant to be pasted into an issue.
-fn redact(markdown: &str) -> String {
-    let mut r = crate::report::redact::Redactor::new();
+/// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
+fn report_md(run: &Run, dir: &Path) -> String {
+    let mut r = crate::output::redact::Redactor::new();
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
         r.learn_host(h.trim());
     }
-    r.redact(markdown)
+    render::markdown(run, dir, &mut crate::output::markdown::Md::new(Some(&mut r)), 1)
 }
 
 struct SignalStop;
@@ -56,8 +60,24 @@ impl launch::Interrupts for SignalStop {
 }
 
 pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
-    let plan = matrix::plan(args, &matrix::Host::from_process())?;
-    let launcher = launcher(args)?;
+    // Every usage error, found before anything runs, in one message.
+    let mut problems = Vec::new();
+    let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
+    let engine = crate::rules::engine(&args.rule_opts).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    if let (Some(Workload::Builtin { .. }), None) =
+        (plan.as_ref().map(|p| &p.workload), std::env::var_os(WORKER_CMD_ENV))
+    {
+        // The worker would fail the same way in every cell: say it once, before running anything.
+        let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
+        if let Err(e) = crate::worker::libs::check_present(need_nccl) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    crate::error::usage(problems)?;
+    let (Some(plan), Some(engine), Some(launcher)) = (plan, engine, launcher) else {
+        unreachable!("no problem was found, so each part was built")
+    };
     let dir = create_run_dir(args.out.as_deref())?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
     let _signals = interrupt::install()?;
@@ -81,9 +101,7 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
         let name = cell_name(&plan, cp);
         bar.set_message(name.clone());
         let cell =
-            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, &args.rule_opts, &stop, &mut || {
-                bar.tick()
-            })?;
+            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, &engine, &stop, &mut || bar.tick())?;
         say(format!(
             "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
             cp.index,
@@ -332,7 +350,7 @@ fn write_outputs(dir: &Path, run: &mut Run, plan: &Plan) -> anyhow::Result<()> {
     run.where_fired = compare::sites(&run.axes, &run.cells);
     let json = serde_json::to_string_pretty(&*run)? + "\n";
     write_atomic(&dir.join(CELLS_FILE), &json)?;
-    write_atomic(&dir.join(REPORT_FILE), &redact(&render::markdown(run, dir)))
+    write_atomic(&dir.join(REPORT_FILE), &report_md(run, dir))
 }
 
 fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -341,7 +359,7 @@ fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Read a run folder's cells.json (for `epdoctor report --repro DIR`).
+/// Read a run folder's cells.json: the one loader (`epdoctor report --repro DIR`).
 pub fn load_run(dir: &Path) -> anyhow::Result<Run> {
     let p = dir.join(CELLS_FILE);
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;

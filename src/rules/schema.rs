@@ -83,7 +83,26 @@ impl Default for PhaseSpec {
     }
 }
 
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Any => "any",
+            Phase::Init => "init",
+            Phase::Runtime => "runtime",
+            Phase::Teardown => "teardown",
+        }
+    }
+}
+
 impl PhaseSpec {
+    /// As written in a rule file: `teardown`, `runtime, teardown`.
+    pub fn text(&self) -> String {
+        match self {
+            PhaseSpec::One(p) => p.as_str().to_string(),
+            PhaseSpec::Many(ps) => ps.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", "),
+        }
+    }
+
     /// A source whose phase is unknown (no markers) satisfies any condition.
     pub fn allows(&self, have: Option<Phase>) -> bool {
         let Some(h) = have else { return true };

@@ -7,7 +7,7 @@
 
 mod cu;
 pub mod kernels;
-mod libs;
+pub(crate) mod libs;
 mod nccl;
 mod rendezvous;
 pub mod workload;

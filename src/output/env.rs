@@ -5,22 +5,19 @@ use std::fmt::Write as _;
 use comfy_table::{presets, ContentArrangement, Table};
 use owo_colors::Style;
 
-use super::checks::{human_bytes, Check, Status};
-use super::EnvReport;
+use super::color::paint;
+use super::markdown::{self, Md};
+use super::redact::Redactor;
 use crate::cli::Format;
-use crate::report::color::paint;
-use crate::report::redact::Redactor;
+use crate::env::checks::{human_bytes, Check, Status};
+use crate::env::EnvReport;
 
 pub fn render(r: &EnvReport, format: Format, redact_md: bool) -> String {
     match format {
         Format::Text => text(r),
         Format::Md => {
-            let md = markdown(r, 2);
-            if redact_md {
-                redact(r, &md)
-            } else {
-                md
-            }
+            let mut red = redactor_for(r);
+            markdown(r, 2, &mut Md::new(redact_md.then_some(&mut red)))
         }
         Format::Json => {
             let mut s = serde_json::to_string_pretty(r).expect("the env model serializes");
@@ -37,10 +34,6 @@ pub fn redactor_for(r: &EnvReport) -> Redactor {
         red.learn_host(h);
     }
     red
-}
-
-pub fn redact(r: &EnvReport, text: &str) -> String {
-    redactor_for(r).redact(text)
 }
 
 fn status_style(s: Status) -> Style {
@@ -64,7 +57,7 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn lib_version(l: &super::libs::LibFile) -> String {
+fn lib_version(l: &crate::env::libs::LibFile) -> String {
     match (&l.version, &l.cuda) {
         (Some(v), Some(c)) => format!("{v}+cuda{c}"),
         (Some(v), None) => v.clone(),
@@ -72,7 +65,7 @@ fn lib_version(l: &super::libs::LibFile) -> String {
     }
 }
 
-fn holders(h: &[super::procs::Holder]) -> String {
+fn holders(h: &[crate::env::procs::Holder]) -> String {
     if h.is_empty() {
         "-".into()
     } else {
@@ -306,7 +299,7 @@ pub fn text(r: &EnvReport) -> String {
     s
 }
 
-fn lib_path(l: &super::libs::LibFile) -> String {
+fn lib_path(l: &crate::env::libs::LibFile) -> String {
     if l.path == l.real_path {
         l.path.clone()
     } else {
@@ -335,31 +328,26 @@ fn p2p_table(r: &EnvReport) -> String {
     t.to_string()
 }
 
-fn md_cell(s: &str) -> String {
-    // `<` and `>` would otherwise start HTML in GitHub's renderer ("NCCL <2.23.4", "<masked>").
-    s.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;").replace('\n', " ")
-}
-
-fn checklist_md(s: &mut String, checks: &[Check]) {
-    let _ = writeln!(s, "| | check | detail |\n| --- | --- | --- |");
-    for c in checks {
-        let refs = if c.refs.is_empty() { String::new() } else { format!(" ({})", c.refs.join(", ")) };
-        let _ =
-            writeln!(s, "| {} | {} | {}{} |", c.status.as_str(), md_cell(&c.title), md_cell(&c.detail), md_cell(&refs));
-    }
+fn checklist_md(s: &mut String, checks: &[Check], md: &mut Md) {
+    let rows: Vec<Vec<String>> = checks
+        .iter()
+        .map(|c| {
+            let refs = if c.refs.is_empty() { String::new() } else { format!(" ({})", c.refs.join(", ")) };
+            vec![c.status.as_str().to_string(), md.text(&c.title), md.text(&format!("{}{refs}", c.detail))]
+        })
+        .collect();
+    s.push_str(&markdown::table(&["", "check", "detail"], &rows));
 }
 
 /// The Markdown body; `level` is the heading level of its sections (2 alone, 3 inside `report`).
-pub fn markdown(r: &EnvReport, level: usize) -> String {
+pub(crate) fn markdown(r: &EnvReport, level: usize, md: &mut Md) -> String {
     let h = "#".repeat(level);
     let mut s = String::new();
     let _ = writeln!(s, "{h} Environment (epdoctor env {})\n", r.tool_version);
-    let _ = writeln!(s, "| | |\n| --- | --- |");
-    for (k, v) in summary(r) {
-        let _ = writeln!(s, "| {k} | {} |", md_cell(&v));
-    }
+    let rows: Vec<Vec<String>> = summary(r).into_iter().map(|(k, v)| vec![k.to_string(), md.text(&v)]).collect();
+    s.push_str(&markdown::table(&["", ""], &rows));
     let _ = writeln!(s, "\n{h}# Checklist\n");
-    checklist_md(&mut s, &r.checks);
+    checklist_md(&mut s, &r.checks, md);
     let _ = writeln!(s, "\n<details><summary>Details: GPUs, libraries, variables, leftovers</summary>\n");
     if !r.gpu.devices.is_empty() {
         let _ = writeln!(s, "{h}# GPUs\n\n| # | name | sm | memory | pci |\n| --- | --- | --- | --- | --- |");
@@ -368,10 +356,10 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
                 s,
                 "| {} | {} | {} | {} | {} |",
                 g.index,
-                md_cell(&g.name),
+                md.text(&g.name),
                 g.compute_capability,
                 human_bytes(g.memory_bytes),
-                opt(&g.pci_bus_id)
+                md.text(&opt(&g.pci_bus_id))
             );
         }
         let n = r.gpu.devices.len();
@@ -399,10 +387,10 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
     for l in &r.libraries.nccl {
         let _ = writeln!(
             s,
-            "| libnccl | {} | `{}` | {} | {} |",
-            md_cell(&lib_version(l)),
-            lib_path(l),
-            l.found_via.join(", "),
+            "| libnccl | {} | {} | {} | {} |",
+            md.text(&lib_version(l)),
+            md.code(&lib_path(l)),
+            md.text(&l.found_via.join(", ")),
             if l.loader_default { "yes" } else { "" }
         );
     }
@@ -414,39 +402,37 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
         };
         let _ = writeln!(
             s,
-            "| NVSHMEM host ({built}) | {} | `{}` | {} | {} |",
-            md_cell(&lib_version(l)),
-            lib_path(l),
-            l.found_via.join(", "),
+            "| NVSHMEM host ({built}) | {} | {} | {} | {} |",
+            md.text(&lib_version(l)),
+            md.code(&lib_path(l)),
+            md.text(&l.found_via.join(", ")),
             if l.loader_default { "yes" } else { "" }
         );
     }
     if r.libraries.nccl.is_empty() && r.libraries.nvshmem.is_empty() {
         let _ = writeln!(s, "| (none found) | | | | |");
     }
-    let _ = writeln!(s, "\n{h}# Variables and config files\n\n```");
-    for v in &r.variables {
-        let _ = writeln!(s, "{}={}", v.name, v.value);
-    }
+    let _ = writeln!(s, "\n{h}# Variables and config files\n");
+    let mut lines: Vec<String> = r.variables.iter().map(|v| format!("{}={}", v.name, v.value)).collect();
     if r.variables.is_empty() {
-        let _ = writeln!(s, "# no NCCL_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_*, NVSHMEM_*, CUDA_* variables set");
+        lines.push("# no NCCL_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_*, NVSHMEM_*, CUDA_* variables set".into());
     }
     for f in &r.config_files {
         if f.present {
-            let _ = writeln!(s, "# {} ({})", f.path, f.role);
-            for e in &f.entries {
-                let _ = writeln!(s, "{}={}", e.name, e.value);
-            }
+            lines.push(format!("# {} ({})", f.path, f.role));
+            lines.extend(f.entries.iter().map(|e| format!("{}={}", e.name, e.value)));
         } else {
-            let _ = writeln!(s, "# {} ({}): absent", f.path, f.role);
+            lines.push(format!("# {} ({}): absent", f.path, f.role));
         }
     }
-    let _ = writeln!(s, "```\n\n{h}# Leftovers\n");
+    s.push_str(&md.block(&lines));
+    let _ = writeln!(s, "\n{h}# Leftovers\n");
     if r.shm.files.is_empty() {
-        let _ = writeln!(s, "- `{}`: no nccl-* or torch_* files", r.shm.dir);
+        let _ = writeln!(s, "- {}: no nccl-* or torch_* files", md.code(&r.shm.dir));
     }
     for f in &r.shm.files {
-        let _ = writeln!(s, "- `{}` {} {}, held by {}", f.path, human_bytes(f.size), f.state, holders(&f.holders));
+        let what = format!("{} {}, held by {}", human_bytes(f.size), f.state, holders(&f.holders));
+        let _ = writeln!(s, "- {} {}", md.code(&f.path), md.text(&what));
     }
     let _ = writeln!(
         s,
@@ -456,7 +442,7 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
         } else {
             r.nccl_sockets
                 .iter()
-                .map(|k| format!("`{}` ({})", k.path, holders(&k.holders)))
+                .map(|k| format!("{} ({})", md.code(&k.path), md.text(&holders(&k.holders))))
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -468,7 +454,7 @@ pub fn markdown(r: &EnvReport, level: usize) -> String {
         if r.gpu_processes.is_empty() {
             "none".to_string()
         } else {
-            r.gpu_processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect::<Vec<_>>().join(", ")
+            md.text(&r.gpu_processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect::<Vec<_>>().join(", "))
         }
     );
     let _ = writeln!(s, "\n</details>");

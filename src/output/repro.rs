@@ -6,15 +6,10 @@ use std::path::Path;
 
 use comfy_table::{presets, ContentArrangement, Table};
 
-use super::compare::{effect_line, site_line};
-use super::matrix::AxisKind;
-use super::result::{Cell, CellStatus, Run, RunStatus};
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    Text,
-    Markdown,
-}
+use super::markdown::{heading, inline, table, Md};
+use crate::repro::compare::{effect_line, site_line};
+use crate::repro::matrix::AxisKind;
+use crate::repro::result::{Cell, CellStatus, Run, RunStatus};
 
 fn f1(x: f64) -> String {
     format!("{x:.1}")
@@ -38,16 +33,8 @@ fn rules_cell(c: &Cell) -> String {
         .join(", ")
 }
 
-pub fn table(run: &Run, style: Style) -> Table {
-    let mut t = Table::new();
-    match style {
-        Style::Text => {
-            t.load_style(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
-        }
-        Style::Markdown => {
-            t.load_style(presets::ASCII_MARKDOWN);
-        }
-    }
+/// The header and rows of the cell table, as plain text (each writer escapes them its way).
+fn table_rows(run: &Run) -> (Vec<String>, Vec<Vec<String>>) {
     let multi: Vec<usize> = (0..run.axes.len()).filter(|&i| run.axes[i].values.len() > 1).collect();
     let mut header: Vec<String> = vec!["#".into()];
     header.extend(multi.iter().map(|&i| run.axes[i].name.clone()));
@@ -57,7 +44,7 @@ pub fn table(run: &Run, style: Style) -> Table {
     for h in ["nccl ran", "exit", "status", "wall s", "teardown s", "WARN", "rules fired", "verdict", "leftovers"] {
         header.push(h.into());
     }
-    t.set_header(header);
+    let mut rows = Vec::new();
     for c in &run.cells {
         let mut row: Vec<String> = vec![c.index.to_string()];
         row.extend(multi.iter().map(|&i| run.axes[i].values[c.values[i]].label.clone()));
@@ -78,12 +65,28 @@ pub fn table(run: &Run, style: Style) -> Table {
         row.push(rules_cell(c));
         row.push(c.verdict.map(|v| v.as_str().to_string()).unwrap_or_else(|| "-".into()));
         row.push(c.leftovers.short());
-        if style == Style::Markdown {
-            row = row.into_iter().map(|s| s.replace('|', "\\|")).collect();
-        }
-        t.add_row(row);
+        rows.push(row);
+    }
+    (header, rows)
+}
+
+fn text_table(run: &Run) -> Table {
+    let (header, rows) = table_rows(run);
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+    t.set_header(header);
+    for r in rows {
+        t.add_row(r);
     }
     t
+}
+
+fn md_table(run: &Run, md: &mut Md) -> String {
+    let (header, rows) = table_rows(run);
+    let header: Vec<String> = header.iter().map(|h| inline(h)).collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| md.text(c)).collect()).collect();
+    table(&header, &rows)
 }
 
 /// `PARTIAL: ...` when the run did not finish, else None.
@@ -193,7 +196,7 @@ pub fn text(run: &Run, dir: &Path) -> String {
     for l in header_lines(run) {
         let _ = writeln!(s, "{l}");
     }
-    let _ = writeln!(s, "{}", table(run, Style::Text));
+    let _ = writeln!(s, "{}", text_table(run));
     if !run.effects.is_empty() {
         let _ = writeln!(s, "\nEffect of each axis (one value against the first, everything else equal):");
         for e in &run.effects {
@@ -217,41 +220,61 @@ pub fn text(run: &Run, dir: &Path) -> String {
     s
 }
 
-pub fn markdown(run: &Run, dir: &Path) -> String {
-    let mut s = String::from("# epdoctor repro\n\n");
+/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
+pub(crate) const HEADING: &str = "# epdoctor repro";
+
+/// report.md, or the repro section of `report` (`level`: the heading level of its title).
+pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> String {
+    // Learn every host in what the ranks printed first, so each gets its pseudonym everywhere.
+    for c in &run.cells {
+        for p in &c.processes {
+            if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
+                md.learn(&l);
+            }
+        }
+        if let Some(e) = c.primary.as_ref().and_then(|p| p.evidence.as_ref()) {
+            md.learn(e);
+        }
+    }
+    let mut s = heading(level, "epdoctor repro");
+    s.push('\n');
     if let Some(p) = partial_note(run) {
-        let _ = writeln!(s, "**{p}**\n");
+        let _ = writeln!(s, "**{}**\n", md.text(&p));
     }
     for l in header_lines(run) {
-        let _ = writeln!(s, "- {l}");
+        let _ = writeln!(s, "- {}", md.text(&l));
     }
-    let _ = writeln!(s, "\n{}\n", table(run, Style::Markdown));
+    let _ = writeln!(s, "\n{}", md_table(run, md));
     if !run.effects.is_empty() {
-        let _ =
-            writeln!(s, "## Effect of each axis\n\nOne value against the axis' first value, everything else equal.\n");
+        s.push_str(&heading(level + 1, "Effect of each axis"));
+        let _ = writeln!(s, "\nOne value against the axis' first value, everything else equal.\n");
         for e in &run.effects {
-            let _ = writeln!(s, "- {}", effect_line(e));
+            let _ = writeln!(s, "- {}", md.text(&effect_line(e)));
         }
         s.push('\n');
     }
     if !run.where_fired.is_empty() {
-        let _ = writeln!(s, "## Where each rule and outcome was seen\n");
+        s.push_str(&heading(level + 1, "Where each rule and outcome was seen"));
+        s.push('\n');
         for w in &run.where_fired {
-            let _ = writeln!(s, "- {}", site_line(w));
+            let _ = writeln!(s, "- {}", md.text(&site_line(w)));
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "## Cells\n");
+    s.push_str(&heading(level + 1, "Cells"));
+    s.push('\n');
     for c in &run.cells {
         let axes: Vec<String> =
             run.axes.iter().zip(&c.values).map(|(a, &i)| format!("{}={}", a.name, a.values[i].label)).collect();
-        let _ = writeln!(s, "### {} `{}`\n", c.index, c.id);
-        let _ = writeln!(s, "- settings: {}", axes.join(", "));
+        s.push_str(&heading(level + 2, &format!("{} {}", c.index, md.code(&c.id))));
+        s.push('\n');
+        let _ = writeln!(s, "- settings: {}", md.text(&axes.join(", ")));
         let detail = if c.detail == c.status.as_str() { String::new() } else { format!(" ({})", c.detail) };
-        let _ = writeln!(s, "- status: {}{detail}, wall {} s", c.status.as_str(), f1(c.wall_s));
+        let _ =
+            writeln!(s, "- status: {}, wall {} s", md.text(&format!("{}{detail}", c.status.as_str())), f1(c.wall_s));
         if let Some(v) = &c.nccl_version {
             let t = c.transport.as_deref().map(|t| format!(", transport {t}")).unwrap_or_default();
-            let _ = writeln!(s, "- NCCL ran: {v}{t}");
+            let _ = writeln!(s, "- NCCL ran: {}", md.text(&format!("{v}{t}")));
         }
         let mut notes: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
         for (rank, m) in &c.markers {
@@ -260,32 +283,34 @@ pub fn markdown(run: &Run, dir: &Path) -> String {
             }
         }
         for (n, ranks) in notes {
-            let _ = writeln!(s, "- note (rank {}): {n}", ranks.join(", "));
+            let _ = writeln!(s, "- note (rank {}): {}", md.text(&ranks.join(", ")), md.text(n));
         }
         for p in &c.processes {
-            let _ = writeln!(s, "- process {}: {} (log `{}`)", p.outcome.label, p.outcome.short(), p.log);
+            let _ = writeln!(
+                s,
+                "- process {}: {} (log {})",
+                md.text(&p.outcome.label),
+                md.text(&p.outcome.short()),
+                md.code(&p.log)
+            );
             if p.outcome.exit_code != Some(0) {
                 if let Some(l) = last_line(&dir.join("cells").join(&c.id).join(&p.log)) {
-                    let _ = writeln!(s, "  - last line: `{}`", l.replace('`', "'"));
+                    let _ = writeln!(s, "  - last line: {}", md.code(&l));
                 }
             }
         }
         if let Some(p) = &c.primary {
-            let _ = writeln!(s, "- primary finding: `{}` {}", p.rule, p.title);
+            let _ = writeln!(s, "- primary finding: {} {}", md.code(&p.rule), md.text(&p.title));
             if let Some(e) = &p.evidence {
-                let _ = writeln!(
-                    s,
-                    "  - `{}`{}",
-                    e.replace('`', "'"),
-                    p.source.as_deref().map(|x| format!(" ({x})")).unwrap_or_default()
-                );
+                let from = p.source.as_deref().map(|x| format!(" ({})", md.text(x))).unwrap_or_default();
+                let _ = writeln!(s, "  - {}{from}", md.code(e));
             }
         }
         if let Some(e) = &c.explain_error {
-            let _ = writeln!(s, "- explain failed: {e}");
+            let _ = writeln!(s, "- explain failed: {}", md.text(e));
         }
         for l in c.leftovers.lines() {
-            let _ = writeln!(s, "- {}", l.trim_start_matches("[epdoctor-harness] "));
+            let _ = writeln!(s, "- {}", md.text(l.trim_start_matches("[epdoctor-harness] ")));
         }
         s.push('\n');
     }

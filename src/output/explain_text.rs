@@ -1,9 +1,7 @@
 //! `--format text`: the verdict first, then the finding to act on, then a table of the rest.
 
-use std::fmt::Write as _;
-
-use comfy_table::{presets, ContentArrangement, Table};
 use owo_colors::Style;
+use std::fmt::Write as _;
 
 use super::color::paint;
 use super::RenderOpts;
@@ -56,10 +54,8 @@ pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
     let others: Vec<&Finding> =
         a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
     if !a.findings.is_empty() {
-        let mut t = Table::new();
-        t.load_style(presets::UTF8_FULL_CONDENSED);
-        t.set_content_arrangement(ContentArrangement::Dynamic);
-        t.set_header(["rule", "severity", "benign", "count", "ranks", "first seen"]);
+        // Rule ids stay whole (they are copied into `rules show ID`).
+        let mut t = super::rules::id_table(&["rule", "severity", "benign", "count", "ranks", "first seen"]);
         for f in &a.findings {
             let first = f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default();
             t.add_row([
@@ -75,7 +71,7 @@ pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
     }
     for f in others {
         let _ = writeln!(s, "\n{} {}", paint("-", Style::new().bold()), finding_head(f));
-        write_finding_body(&mut s, f, opts.evidence.min(2));
+        write_finding_body(&mut s, f, opts.evidence_others);
     }
     if !a.unexplained.is_empty() {
         let _ = writeln!(
@@ -138,7 +134,7 @@ fn write_finding_body(s: &mut String, f: &Finding, evidence: usize) {
     }
     let _ = writeln!(s, "  {}", paint("evidence:", Style::new().bold()));
     for e in f.evidence.iter().take(evidence.max(1)) {
-        let rank = e.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+        let rank = e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(" rank {r}")).unwrap_or_default();
         let _ = writeln!(s, "    {}:{}{}: {}", e.source, e.line, rank, e.text);
     }
     if !f.refs.is_empty() {

@@ -16,6 +16,7 @@ struct Res {
     ipv6: Regex,
     email: Regex,
     home: Regex,
+    root_home: Regex,
     token: Regex,
     secret_kv: Regex,
     secret_quoted: Regex,
@@ -25,17 +26,20 @@ fn res() -> &'static Res {
     static R: OnceLock<Res> = OnceLock::new();
     R.get_or_init(|| Res {
         // `host:pid:tid [dev]` at the start of an NCCL line (after an optional timestamp/rank prefix).
-        nccl_host: Regex::new(r"(?:^|[\s\]])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
-        // NCCL's socket address format `name<port>` (e.g. "Connection closed by remote peer node7<41234>").
-        addr_host: Regex::new(r"\b([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)<\d+>").unwrap(),
+        nccl_host: Regex::new(r"(?:^|[\s\]'\x22`(=])([A-Za-z0-9][A-Za-z0-9_.-]*):\d+:\d+ \[\d+\]").unwrap(),
+        // NCCL's socket address forms `name<port>` and `name<ip:port>` (e.g. "Connection closed by
+        // remote peer node7<41234>", "... peer node7.cluster<10.1.2.3:45678>").
+        addr_host: Regex::new(r"\b([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)<[0-9A-Za-z_.:%\[\]-]*\d>").unwrap(),
         // hostname=..., host: ..., MASTER_ADDR=..., rdzv_endpoint=... style values.
         kv_host: Regex::new(r"(?i)\b(?:hostname|host|host_name|master_addr|node|nodename|rdzv_endpoint|endpoint)\s*[=:]\s*([A-Za-z][A-Za-z0-9_.-]*)").unwrap(),
         // c10d's peer forms: `[node-1]:29500` and `(node-1, 29500)`.
         peer_host: Regex::new(r"(?:\[([A-Za-z][A-Za-z0-9_.-]*)\]:\d+|\(([A-Za-z][A-Za-z0-9_.-]*), \d+\))").unwrap(),
         ipv4: Regex::new(r"\b(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b").unwrap(),
-        ipv6: Regex::new(r"(?i)(?:\b[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){2,7}\b|::ffff:[0-9a-f.:]+)").unwrap(),
+        // An optional zone (`fe80::1%eth0`) belongs to the address.
+        ipv6: Regex::new(r"(?i)(?:\b[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){2,7}\b|::ffff:[0-9a-f.:]+)(?:%[A-Za-z0-9_.-]+)?").unwrap(),
         email: Regex::new(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b").unwrap(),
-        home: Regex::new(r"(/home/|/Users/|/data/home/)([^/\s:'\x22]+)").unwrap(),
+        home: Regex::new(r"(/home/|/Users/|/data/home/|/scratch/)([^/\s:'\x22]+)").unwrap(),
+        root_home: Regex::new(r"(^|[^A-Za-z0-9_./~-])/root(/|\b)").unwrap(),
         token: Regex::new(r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b|(?i:\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*").unwrap(),
         secret_kv: Regex::new(r"(?i)\b([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)=(\S+)").unwrap(),
         // JSON / YAML / Python dict forms: "password": "x", 'api_key': 'x', token: x.
@@ -69,7 +73,7 @@ impl Redactor {
         }
     }
 
-    /// Learn hostnames from a text before redacting it, so every mention gets the same pseudonym.
+    /// Learn hostnames from a text (also quoted, as in a command line `echo 'node7:1:2 [0] ...'`) before redacting it, so every mention gets the same pseudonym.
     pub fn learn(&mut self, text: &str) {
         let r = res();
         for line in text.lines() {
@@ -114,7 +118,11 @@ impl Redactor {
             let colons = m.matches(':').count();
             let has_hex_letter = m.chars().any(|c| c.is_ascii_alphabetic());
             // A full eight-group address is one even when every group is decimal digits.
-            if m == "::1"
+            // A zone or a link-local prefix makes even a short form (`fe80::1`) an address.
+            let surely = m.contains('%') || m.to_ascii_lowercase().starts_with("fe80:");
+            if surely {
+                pseudonym(&mut self.ips, m, "ip6")
+            } else if m == "::1"
                 || (colons < 3 && !m.starts_with("::ffff"))
                 || (!has_hex_letter && !m.contains("::") && colons < 7)
             {
@@ -128,6 +136,7 @@ impl Redactor {
             .home
             .replace_all(&s, |c: &regex::Captures| format!("{}{}", &c[1], pseudonym(users, &c[2], "user")))
             .into_owned();
+        s = r.root_home.replace_all(&s, "${1}~$2").into_owned();
         if !self.hosts.is_empty() {
             s = replace_hosts(&s, &self.hosts);
             // Names with characters outside a hostname's (given to learn_host): longest first.
@@ -244,6 +253,22 @@ mod tests {
         r.learn_host("node7");
         r.learn_host("node7.cluster");
         assert_eq!(r.redact("node7.cluster node7.other node7 xnode7"), "host-2 host-1.other host-1 xnode7");
+    }
+
+    #[test]
+    fn socket_addresses_scratch_root_and_zoned_ipv6() {
+        let mut r = Redactor::new();
+        let s = r.redact(
+            "NCCL WARN Net : Connection closed by remote peer gpu7.cluster.example<10.1.2.3:45678>\n\
+             later gpu7.cluster.example again; cwd /scratch/bob/run and /root/.cache/x.py; \
+             bootstrap on fe80::1%eth0 and fe80::a00:27ff:fe4e:66a1%ib0; c10d::add and std::abs stay",
+        );
+        for leak in ["gpu7", "10.1.2.3", "bob", "/root/", "fe80::1", "%eth0", "fe4e:66a1"] {
+            assert!(!s.contains(leak), "{leak} in {s}");
+        }
+        assert!(s.contains("host-1<ip-1:45678>"), "{s}");
+        assert!(s.contains("/scratch/user-1/run") && s.contains("~/.cache/x.py"), "{s}");
+        assert!(s.contains("c10d::add and std::abs stay"), "{s}");
     }
 
     #[test]

@@ -8,14 +8,14 @@ use anyhow::Result;
 use crate::cli::{ExplainArgs, RuleOpts};
 use crate::log;
 use crate::model::Analysis;
-use crate::report::{self, RenderOpts};
+use crate::output::{self as report, RenderOpts};
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
     let engine = rules::engine(rule_opts)?;
-    let inputs = log::expand(paths)?;
-    engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })
+    let x = log::expand(paths)?;
+    Ok(with_notes(engine.analyze(&x.inputs, &Options { evidence: 5, ..Default::default() })?, x.notes))
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
@@ -26,21 +26,31 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         );
     }
     let engine = rules::engine(&args.rule_opts)?;
-    let inputs = log::expand(&args.paths)?;
+    let x = log::expand(&args.paths)?;
     let opts = Options {
         max_bytes: args.max_bytes,
-        evidence: args.evidence,
+        evidence: args.evidence.unwrap_or(5),
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = engine.analyze(&inputs, &opts)?;
+    let analysis = with_notes(engine.analyze(&x.inputs, &opts)?, x.notes);
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
-    let text = report::render(&analysis, args.format, &RenderOpts { redact: !args.no_redact, evidence: args.evidence });
+    // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
+    let others = args.evidence.unwrap_or(if args.format == crate::cli::Format::Md { 3 } else { 2 });
+    let ro = RenderOpts { redact: !args.no_redact, evidence: args.evidence.unwrap_or(5), evidence_others: others };
+    let text = report::render(&analysis, args.format, &ro);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(analysis.verdict.exit_code())
+}
+
+/// `a` with the notes of `expand` (what it skipped) before the engine's own.
+fn with_notes(mut a: Analysis, mut notes: Vec<String>) -> Analysis {
+    notes.append(&mut a.notes);
+    a.notes = notes;
+    a
 }
 
 /// In-memory entry point for the fuzzer and the property tests: explain `files` (name, raw bytes:
@@ -57,7 +67,7 @@ pub fn analyze_bytes(
         .map(|(name, bytes)| log::Input::Bytes { name: name.to_string(), bytes: (*bytes).into() })
         .collect();
     let analysis = engine.analyze(&inputs, opts)?;
-    let ro = RenderOpts { redact: true, evidence: opts.evidence.max(1) };
+    let ro = RenderOpts { redact: true, evidence: opts.evidence.max(1), evidence_others: opts.evidence.clamp(1, 3) };
     let out = [crate::cli::Format::Text, crate::cli::Format::Md, crate::cli::Format::Json]
         .map(|f| report::render(&analysis, f, &ro));
     Ok((analysis, out))

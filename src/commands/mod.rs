@@ -1,0 +1,5 @@
+//! One module per command: its arguments -> a validated config -> the domain -> a writer -> an exit code.
+pub mod explain;
+pub mod man;
+pub mod report;
+pub mod rules;

@@ -1,0 +1,58 @@
+//! `rules list / show / test`: the rule base as the user sees it.
+use std::io::Write;
+
+use anyhow::{bail, Result};
+
+use crate::cli::RulesCommand;
+use crate::exit;
+use crate::output::rules::{self as writer, RuleRow};
+use crate::rules::{fixtures, load};
+
+pub fn run(cmd: RulesCommand) -> Result<u8> {
+    match cmd {
+        RulesCommand::List { format, rule_opts } => {
+            let rules = load(&rule_opts)?;
+            let counts = fixtures::fixture_counts(&rules);
+            let rows: Vec<RuleRow> = rules
+                .iter()
+                .map(|r| RuleRow {
+                    id: &r.def.id,
+                    title: &r.def.title,
+                    category: &r.def.category,
+                    severity: r.def.severity.as_str(),
+                    benign: r.def.benign,
+                    patterns: &r.def.patterns,
+                    nccl: r.nccl.as_ref().map(|x| x.text()),
+                    torch: r.torch.as_ref().map(|x| x.text()),
+                    phase: &r.def.phase,
+                    fixtures: counts.get(r.def.id.as_str()).copied().unwrap_or(0),
+                    origin: &r.origin,
+                })
+                .collect();
+            let mut out = std::io::stdout().lock();
+            out.write_all(writer::list(&rows, format).as_bytes())?;
+            out.flush()?;
+            Ok(exit::OK)
+        }
+        RulesCommand::Show { id, rule_opts } => {
+            let rules = load(&rule_opts)?;
+            let Some(r) = rules.iter().find(|r| r.def.id == id) else {
+                let mut near: Vec<&str> = rules
+                    .iter()
+                    .map(|r| r.def.id.as_str())
+                    .filter(|x| x.contains(id.as_str()) || id.contains(*x))
+                    .collect();
+                near.truncate(5);
+                if near.is_empty() {
+                    bail!("no rule has the id `{id}` (see `epdoctor rules list`)");
+                }
+                bail!("no rule has the id `{id}`; did you mean {}?", near.join(", "));
+            };
+            let mut out = std::io::stdout().lock();
+            out.write_all(writer::show(r, &fixtures::fixtures_for(&r.def.id)).as_bytes())?;
+            out.flush()?;
+            Ok(exit::OK)
+        }
+        RulesCommand::Test { paths, bless, rule_opts } => fixtures::run_command(&paths, bless, &rule_opts),
+    }
+}

@@ -1,0 +1,114 @@
+//! `--format md`: ready to paste into a GitHub issue. Redacted by default; every piece of log text
+//! sits in a fenced code block (fence longer than any backtick run inside), so a log cannot inject
+//! HTML, links or @mentions into the issue.
+
+use std::fmt::Write as _;
+
+use super::explain_text::ranks;
+use super::markdown::{inline, prose, Md};
+use super::redact::Redactor;
+use super::RenderOpts;
+use crate::model::{Analysis, Finding, Verdict};
+
+/// How the document starts (`explain` knows it by this and does not read it as a log).
+pub(crate) const HEADING: &str = "### epdoctor explain: ";
+
+pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
+    let mut md = Md::new(opts.redact.then_some(red));
+    write(a, opts, &mut md)
+}
+
+/// The explain section of a document whose redactor is `md`'s (`report` writes several sections).
+pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
+    // Learn every hostname first, so a name is masked even where it appears before the line
+    // that reveals it as a hostname.
+    for f in &a.findings {
+        f.evidence.iter().for_each(|e| md.learn(&e.text));
+    }
+    a.unexplained.iter().for_each(|u| md.learn(&u.text));
+    let mut s = String::new();
+    let verdict = match a.verdict {
+        Verdict::Clean => "clean: no warnings or errors",
+        Verdict::Benign => "benign: known noise on a run that worked",
+        Verdict::Actionable => "actionable: a real problem",
+        Verdict::Unknown => "unknown: warnings no rule explains",
+    };
+    let _ = writeln!(s, "{HEADING}**{verdict}**\n");
+    let mut facts = vec![format!("epdoctor {}", a.tool_version)];
+    facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
+    facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));
+    for v in a.versions.iter().filter(|v| v.how == "inferred") {
+        facts.push(format!("{} {} inferred {}", v.component, v.value, v.detail));
+    }
+    let _ = writeln!(s, "{}\n", inline(&facts.join(" · ")));
+    if let Some(p) = &a.primary {
+        let head = if a.verdict == Verdict::Actionable { "Primary finding" } else { "What it is" };
+        let _ = writeln!(s, "**{head}: `{}`**: {}\n", p.rule, prose(&p.title));
+        finding_md(&mut s, p, opts.evidence, md);
+    }
+    let others: Vec<&Finding> =
+        a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
+    if !a.findings.is_empty() {
+        let _ = writeln!(s, "| rule | severity | benign | lines | ranks |\n| --- | --- | --- | --- | --- |");
+        for f in &a.findings {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} | {} |",
+                f.rule,
+                f.severity.as_str(),
+                if f.benign { "yes" } else { "no" },
+                f.count,
+                ranks(&f.ranks)
+            );
+        }
+        s.push('\n');
+    }
+    if !others.is_empty() {
+        let _ = writeln!(s, "<details><summary>Other findings ({})</summary>\n", others.len());
+        for f in others {
+            let _ = writeln!(s, "**`{}`**: {}\n", f.rule, prose(&f.title));
+            finding_md(&mut s, f, opts.evidence_others, md);
+        }
+        let _ = writeln!(s, "</details>\n");
+    }
+    if !a.unexplained.is_empty() {
+        let _ = writeln!(s, "<details><summary>Unexplained warning/error lines ({})</summary>\n", a.unexplained.len());
+        let lines: Vec<String> =
+            a.unexplained.iter().take(50).map(|u| format!("{}:{}: {}", u.source, u.line, u.text)).collect();
+        s.push_str(&md.block(&lines));
+        let _ = writeln!(s, "\n</details>\n");
+    }
+    if !a.notes.is_empty() {
+        for n in &a.notes {
+            let _ = writeln!(s, "> note: {}", md.text(n));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn finding_md(s: &mut String, f: &Finding, evidence: usize, md: &mut Md) {
+    if let Some(c) = &f.context {
+        let _ = writeln!(s, "> {}\n", prose(&md.raw(c)));
+    }
+    let _ = writeln!(s, "- **Root cause:** {}", prose(&f.root_cause));
+    let _ = writeln!(s, "- **Fix:** {}", prose(&f.fix));
+    let _ = writeln!(s, "- **Ranks:** {} · **lines:** {}", ranks(&f.ranks), f.count);
+    if !f.refs.is_empty() {
+        let refs: Vec<String> = f.refs.iter().map(|r| format!("<{}>", r.replace(['<', '>', ' '], ""))).collect();
+        let _ = writeln!(s, "- **Refs:** {}", refs.join(" "));
+    }
+    let lines: Vec<String> = f
+        .evidence
+        .iter()
+        .take(evidence.max(1))
+        .map(|e| {
+            let rank =
+                e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(" [rank {r}]")).unwrap_or_default();
+            format!("{}:{}{}: {}", e.source, e.line, rank, e.text)
+        })
+        .collect();
+    s.push('\n');
+    s.push_str(&md.block(&lines));
+    s.push('\n');
+}
