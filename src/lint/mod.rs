@@ -1,35 +1,18 @@
 //! `lint`: teardown and init mistakes of distributed Python scripts, found before they run.
 //! Sources -> tree-sitter trees (`python`) -> the checks of rules/lint/ (`check`) evaluated over all
-//! files at once (`eval`) -> findings in the shared result model -> writers (`render`).
+//! files at once (`eval`) -> findings in the shared result model (writers: `output::lint`).
 
 pub mod check;
 pub mod eval;
 pub mod python;
-pub mod render;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::LintArgs;
 use crate::exit;
 use crate::model::{Evidence, Finding, LintReport, Severity, SCHEMA_VERSION};
 use crate::rules::version::Version;
-
-pub fn run(args: &LintArgs) -> Result<u8> {
-    let torch = match &args.torch {
-        Some(t) => Some(Version::parse(t).with_context(|| format!("--torch {t}: not a version (e.g. 2.6.0)"))?),
-        None => None,
-    };
-    let files = expand(&args.paths)?;
-    let report = lint_files(&files, torch)?;
-    let text = render::render(&report, args.format);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(exit_code(&report))
-}
 
 /// 2 when a file does not parse, 1 on a warning or worse, 0 otherwise.
 pub fn exit_code(r: &LintReport) -> u8 {
