@@ -62,7 +62,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Report(args) => commands::report::run(&args),
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => commands::rules::run(cmd),
-        Command::Lint(args) => lint::run(&args),
+        Command::Lint(args) => commands::lint::run(&args),
         Command::Kernels(args) => worker::kernels_command(&args),
         Command::Worker(args) => worker::run(&args),
         Command::Completions { shell } => commands::man::completions(shell),

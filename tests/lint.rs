@@ -180,3 +180,32 @@ fn usage_errors_exit_2() {
     let empty = tempfile::tempdir().unwrap();
     epdoctor().arg("lint").arg(empty.path()).assert().code(2).stderr(predicate::str::contains("no Python files"));
 }
+
+#[test]
+fn deep_nesting_and_binary_input_are_errors_or_results_never_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.py");
+    let n = 20_000;
+    std::fs::write(&deep, format!("x = {}1{}\ndist.init_process_group('nccl')\n", "(".repeat(n), ")".repeat(n)))
+        .unwrap();
+    let out = epdoctor().arg("lint").arg(&deep).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0..=2)), "{out:?}");
+    let mut ifs = String::new();
+    for i in 0..300 {
+        ifs.push_str(&format!("{}if rank == {i}:\n", "    ".repeat(i)));
+    }
+    ifs.push_str(&format!("{}return\ndist.barrier()\n", "    ".repeat(300)));
+    let nested = dir.path().join("nested.py");
+    std::fs::write(&nested, format!("def f(rank):\n{}", ifs.lines().map(|l| format!("    {l}\n")).collect::<String>()))
+        .unwrap();
+    let out = epdoctor().arg("lint").arg(&nested).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0..=2)), "{out:?}");
+    let bin = dir.path().join("bin.py");
+    std::fs::write(&bin, [0xffu8, 0xfe, 0x00, 0x9c, b'\n']).unwrap();
+    epdoctor()
+        .arg("lint")
+        .arg(&bin)
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("bin.py:1:1: error: does not parse (not UTF-8 text (byte 0 is invalid))"));
+}

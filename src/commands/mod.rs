@@ -1,5 +1,6 @@
 //! One module per command: its arguments -> a validated config -> the domain -> a writer -> an exit code.
 pub mod explain;
+pub mod lint;
 pub mod man;
 pub mod report;
 pub mod rules;

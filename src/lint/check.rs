@@ -64,6 +64,15 @@ pub struct When {
     pub in_branch: Option<String>,
     /// The site is in an `except` clause.
     pub in_except: Option<bool>,
+    /// Skip the file when it calls `call` and every such call's arguments match `args` (a gloo or
+    /// single-rank init).
+    pub unless_all: Option<UnlessAll>,
+    /// With `unprotected`: functions that run whatever happened before (`tearDown`, `__exit__`).
+    #[serde(default)]
+    pub protected_functions: Vec<String>,
+    /// With `unprotected`: decorators whose functions do (`fixture`: pytest runs its teardown).
+    #[serde(default)]
+    pub protected_decorators: Vec<String>,
     /// None of these is called on the way from an entry point of the program to the site (scopes
     /// on the call chain, through the linted files, normal path only). Needs an entry point.
     #[serde(default)]
@@ -92,6 +101,13 @@ pub struct When {
     /// Sites (and earlier calls, for `twice`) under an `if` matching this regex, or after an early
     /// `if ...: return` matching it, are skipped.
     pub unless_guarded: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnlessAll {
+    pub call: String,
+    pub args: String,
 }
 
 /// A call pattern. `name` matches a call whose last name is `name` (`f()` or `x.f()`); `.name` only
@@ -140,6 +156,7 @@ pub struct Check {
     pub in_branch: Option<Regex>,
     pub guard: Option<Regex>,
     pub imports: Option<Regex>,
+    pub unless_all: Option<(Vec<Pattern>, Regex)>,
     pub no_call: Vec<Pattern>,
     pub no_call_before: Vec<Pattern>,
     pub call_before: Vec<Pattern>,
@@ -206,6 +223,13 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
             in_branch: re(&w.in_branch, "when.in_branch")?,
             guard: re(&w.unless_guarded, "when.unless_guarded")?,
             imports: w.imports.as_deref().map(|m| Regex::new(&format!(r"\b{}\b", regex::escape(m))).expect("escaped")),
+            unless_all: match &w.unless_all {
+                Some(u) => Some((
+                    vec![Pattern::parse(&u.call).map_err(|e| anyhow!("{}", ctx(e.to_string())))?],
+                    Regex::new(&u.args).map_err(|e| anyhow!("{}", ctx(format!("when.unless_all.args: {e}"))))?,
+                )),
+                None => None,
+            },
             no_call: patterns(&w.no_call, &ctx)?,
             no_call_before: patterns(&w.no_call_before, &ctx)?,
             call_before: patterns(&w.call_before, &ctx)?,

@@ -1,7 +1,9 @@
 //! The evaluator: each check's sites, then its conditions, over all linted files at once (a call
 //! of a function defined in any of them counts as the calls that function makes).
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use streaming_iterator::StreamingIterator;
 
@@ -11,16 +13,18 @@ use super::python::{Call, Module, FINALLY_ARM};
 /// How far calls are followed through callers (deeper chains are not looked at).
 const MAX_DEPTH: usize = 12;
 
-pub struct Program {
-    pub modules: Vec<Module>,
+/// A function of the linted files that stands for a matching call (see `Program::helpers`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Helper {
+    module: usize,
+    scope: usize,
 }
 
-/// A function of the linted files whose body makes a matching call (directly or through another).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Wrapper {
-    module: usize,
-    name: String,
-    is_method: bool,
+/// Helpers by function name, for the lookup from a call.
+#[derive(Default)]
+struct Helpers {
+    by_name: HashMap<String, Vec<Helper>>,
+    all: HashSet<Helper>,
 }
 
 pub struct Site {
@@ -36,10 +40,38 @@ pub struct Site {
 /// (module, call index)
 type CallRef = (usize, usize);
 
+pub struct Program {
+    pub modules: Vec<Module>,
+    /// Calls by their last name.
+    by_name: HashMap<String, Vec<CallRef>>,
+    /// Per module and scope, its calls in source order.
+    scope_calls: Vec<Vec<Vec<usize>>>,
+    /// Per module and call: inside an `except` clause.
+    in_except: Vec<Vec<bool>>,
+    /// Per module: the functions it defines, (name, is_method).
+    defined: Vec<HashSet<(String, bool)>>,
+    /// Per module and scope: its last call outside other calls' arguments.
+    last_call: Vec<Vec<Option<usize>>>,
+    /// Per module: the name it is imported by (file stem; the folder for `__init__.py`).
+    stems: Vec<String>,
+    cache: RefCell<HashMap<HelperKey, Rc<Helpers>>>,
+}
+
+/// (tail, pattern texts)
+type HelperKey = (bool, Vec<String>);
+
+/// `word` occurs in `text` between non-identifier characters.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(ident) && !text[i + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
 impl Program {
     pub fn new(mut modules: Vec<Module>) -> Program {
         // Function names passed to other calls count as calls of those functions.
-        let defined: HashSet<String> = modules
+        let defined_anywhere: HashSet<String> = modules
             .iter()
             .flat_map(|m| m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()))
             .collect();
@@ -48,13 +80,50 @@ impl Program {
             for (name, r) in refs {
                 // A signal handler runs only on that signal, not on the paths the checks follow.
                 let handler = r.via.as_deref().is_some_and(|v| v == "signal.signal" || v == "signal");
-                if defined.contains(&name) && !handler {
+                if defined_anywhere.contains(&name) && !handler {
                     m.calls.push(r);
                 }
             }
             m.calls.sort_by_key(|c| c.start);
         }
-        Program { modules }
+        let mut by_name: HashMap<String, Vec<CallRef>> = HashMap::new();
+        let mut scope_calls = Vec::new();
+        let mut in_except = Vec::new();
+        let mut defined = Vec::new();
+        let mut last_call = Vec::new();
+        for (mi, m) in modules.iter().enumerate() {
+            let mut per_scope = vec![Vec::new(); m.scopes.len()];
+            for (ci, c) in m.calls.iter().enumerate() {
+                by_name.entry(c.last.clone()).or_default().push((mi, ci));
+                per_scope[c.scope].push(ci);
+            }
+            let mut last = vec![None; m.scopes.len()];
+            for (si, calls) in per_scope.iter().enumerate() {
+                // Sorted by start: a call is an argument of an earlier one while it starts before that one ends.
+                let mut reach = 0;
+                for &ci in calls {
+                    let c = &m.calls[ci];
+                    if c.via.is_none() && c.start >= reach {
+                        last[si] = Some(ci);
+                        reach = c.end;
+                    }
+                }
+            }
+            in_except.push(m.calls.iter().map(|c| m.ctx(c.start, c.end).except).collect());
+            defined.push(m.scopes.iter().skip(1).map(|s| (s.name.clone(), s.is_method)).collect());
+            scope_calls.push(per_scope);
+            last_call.push(last);
+        }
+        let stems = modules
+            .iter()
+            .map(|m| {
+                let p = std::path::Path::new(&m.path);
+                let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                let dir = p.parent().and_then(|d| d.file_name()).and_then(|s| s.to_str()).unwrap_or("");
+                if stem == "__init__" { dir } else { stem }.to_string()
+            })
+            .collect();
+        Program { modules, by_name, scope_calls, in_except, defined, last_call, stems, cache: RefCell::default() }
     }
 
     fn call(&self, r: CallRef) -> &Call {
@@ -62,7 +131,7 @@ impl Program {
     }
 
     fn direct(p: &Pattern, c: &Call) -> bool {
-        if c.last != p.last || (p.method_only && !c.attr) || (p.no_positional && c.positional > 0) {
+        if c.via.is_some() || c.last != p.last || (p.method_only && !c.attr) || (p.no_positional && c.positional > 0) {
             return false;
         }
         match &p.prefix {
@@ -75,60 +144,79 @@ impl Program {
         }
     }
 
-    /// Functions that make a call matching `pats` on their normal path (not in an `except`).
-    fn wrappers(&self, pats: &[Pattern]) -> HashSet<Wrapper> {
-        // A method call (`.destroy`) depends on its receiver, which a helper's body does not show.
-        let pats: Vec<Pattern> = pats.iter().filter(|p| !p.method_only).cloned().collect();
-        let pats = &pats[..];
-        let mut w = HashSet::new();
-        loop {
-            let mut grew = false;
-            for (mi, m) in self.modules.iter().enumerate() {
-                for c in &m.calls {
-                    if c.scope == 0 || !self.matches(mi, c, pats, &w) || m.ctx(c.start, c.end).except {
-                        continue;
-                    }
-                    let s = &m.scopes[c.scope];
-                    grew |= w.insert(Wrapper { module: mi, name: s.name.clone(), is_method: s.is_method });
+    fn direct_any(pats: &[Pattern], c: &Call) -> bool {
+        pats.iter().any(|p| Self::direct(p, c))
+    }
+
+    /// Call `c` in module `mi` calls function `h`. In its own file: same name, a method only as
+    /// `x.name()`. From another file only a plain function does, and only if the caller imports it
+    /// (`from m import name` for `name()`, the module for `m.name()`) and defines no such name itself.
+    fn resolves(&self, mi: usize, c: &Call, h: &Helper) -> bool {
+        let s = &self.modules[h.module].scopes[h.scope];
+        if c.last != s.name || (s.is_method && !c.attr) {
+            return false;
+        }
+        if mi == h.module {
+            return true;
+        }
+        if s.is_method || self.defined[mi].contains(&(s.name.clone(), false)) {
+            return false;
+        }
+        let imports = &self.modules[mi].imports;
+        let word = if c.attr { &self.stems[h.module] } else { &s.name };
+        has_word(imports, word)
+    }
+
+    fn matches(&self, mi: usize, c: &Call, pats: &[Pattern], h: &Helpers) -> bool {
+        Self::direct_any(pats, c) || h.by_name.get(&c.last).is_some_and(|v| v.iter().any(|x| self.resolves(mi, c, x)))
+    }
+
+    /// Functions standing for a call of `pats`. Normal (`tail` false): a function that makes such a
+    /// call on its normal path (not in an `except`), directly or through another. Tail: one whose
+    /// last call is such a call, as a barrier helper ends with its barrier. A method call
+    /// (`.destroy`) depends on its receiver, which a helper's body does not show: never a helper.
+    fn helpers(&self, pats: &[Pattern], tail: bool) -> Rc<Helpers> {
+        let key = (tail, pats.iter().map(|p| p.text.clone()).collect::<Vec<_>>());
+        if let Some(h) = self.cache.borrow().get(&key) {
+            return h.clone();
+        }
+        let seeds: Vec<Pattern> = pats.iter().filter(|p| !p.method_only).cloned().collect();
+        let mut h = Helpers::default();
+        let mut work = Vec::new();
+        let add = |h: &mut Helpers, work: &mut Vec<Helper>, x: Helper| {
+            if x.scope != 0 && h.all.insert(x.clone()) {
+                let name = self.modules[x.module].scopes[x.scope].name.clone();
+                h.by_name.entry(name).or_default().push(x.clone());
+                work.push(x);
+            }
+        };
+        let counts = |mi: usize, ci: usize| {
+            let c = &self.modules[mi].calls[ci];
+            if tail {
+                self.last_call[mi][c.scope] == Some(ci)
+            } else {
+                !self.in_except[mi][ci]
+            }
+        };
+        for (mi, m) in self.modules.iter().enumerate() {
+            for (ci, c) in m.calls.iter().enumerate() {
+                if Self::direct_any(&seeds, c) && counts(mi, ci) {
+                    add(&mut h, &mut work, Helper { module: mi, scope: c.scope });
                 }
             }
-            if !grew {
-                return w;
-            }
         }
-    }
-
-    /// Functions whose last call (outside other calls' arguments) matches `pats` or is one of
-    /// these: calling one ends with that call, as a barrier helper does.
-    fn tail_wrappers(&self, pats: &[Pattern]) -> HashSet<Wrapper> {
-        let mut w = HashSet::new();
-        loop {
-            let mut grew = false;
-            for (mi, m) in self.modules.iter().enumerate() {
-                for (si, s) in m.scopes.iter().enumerate().skip(1) {
-                    let top: Vec<&Call> = m.calls.iter().filter(|c| c.scope == si && c.via.is_none()).collect();
-                    let last = top
-                        .iter()
-                        .filter(|c| !top.iter().any(|o| o.start < c.start && c.end <= o.end))
-                        .max_by_key(|c| c.end);
-                    if last.is_some_and(|c| self.matches(mi, c, pats, &w)) {
-                        grew |= w.insert(Wrapper { module: mi, name: s.name.clone(), is_method: s.is_method });
-                    }
+        while let Some(x) = work.pop() {
+            let name = &self.modules[x.module].scopes[x.scope].name;
+            for &(mi, ci) in self.by_name.get(name).into_iter().flatten() {
+                let c = &self.modules[mi].calls[ci];
+                if self.resolves(mi, c, &x) && counts(mi, ci) {
+                    add(&mut h, &mut work, Helper { module: mi, scope: c.scope });
                 }
             }
-            if !grew {
-                return w;
-            }
         }
-    }
-
-    fn resolves(&self, mi: usize, c: &Call, module: usize, name: &str, is_method: bool) -> bool {
-        c.last == name && (!is_method || c.attr) && (mi == module || !self.modules[mi].defines(name, is_method))
-    }
-
-    fn matches(&self, mi: usize, c: &Call, pats: &[Pattern], w: &HashSet<Wrapper>) -> bool {
-        (c.via.is_none() && pats.iter().any(|p| Self::direct(p, c)))
-            || w.iter().any(|x| self.resolves(mi, c, x.module, &x.name, x.is_method))
+        let h = Rc::new(h);
+        self.cache.borrow_mut().insert(key, h.clone());
+        h
     }
 
     /// Calls (and references) of function `scope` of module `mi`.
@@ -136,20 +224,22 @@ impl Program {
         if scope == 0 {
             return Vec::new();
         }
-        let s = &self.modules[mi].scopes[scope];
-        let mut out = Vec::new();
-        for (mj, m) in self.modules.iter().enumerate() {
-            for (ci, c) in m.calls.iter().enumerate() {
-                if self.resolves(mj, c, mi, &s.name, s.is_method) && !(mj == mi && c.scope == scope) {
-                    out.push((mj, ci));
-                }
-            }
-        }
-        out
+        let me = Helper { module: mi, scope };
+        let name = &self.modules[mi].scopes[scope].name;
+        self.by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&(mj, ci)| {
+                let c = &self.modules[mj].calls[ci];
+                self.resolves(mj, c, &me) && !(mj == mi && c.scope == scope)
+            })
+            .collect()
     }
 
     fn calls_in(&self, mi: usize, scope: usize) -> impl Iterator<Item = (usize, &Call)> {
-        self.modules[mi].calls.iter().enumerate().filter(move |(_, c)| c.scope == scope)
+        self.scope_calls[mi][scope].iter().map(move |&ci| (ci, &self.modules[mi].calls[ci]))
     }
 
     /// The sites of a check, before its conditions.
@@ -158,7 +248,7 @@ impl Program {
         for (mi, m) in self.modules.iter().enumerate() {
             if !check.calls.is_empty() {
                 for (ci, c) in m.calls.iter().enumerate() {
-                    if c.via.is_none() && check.calls.iter().any(|p| Self::direct(p, c)) {
+                    if Self::direct_any(&check.calls, c) {
                         out.push(Site {
                             module: mi,
                             start: c.start,
@@ -194,14 +284,20 @@ impl Program {
         out
     }
 
-    /// Whether every condition of the check holds at `site` (adding notes to it).
+    /// Whether every condition of the check holds at `site` (adding notes to it). The cheap
+    /// conditions of the site itself come first.
     pub fn holds(&self, check: &Check, site: &mut Site) -> bool {
         let m = &self.modules[site.module];
         let call = site.call.map(|ci| &m.calls[ci]);
         let w = &check.def.when;
-        let ctx = m.ctx(site.start, site.end);
         if check.imports.as_ref().is_some_and(|re| !re.is_match(&m.imports)) {
             return false;
+        }
+        if let Some((pats, re)) = &check.unless_all {
+            let mut calls = m.calls.iter().filter(|c| Self::direct_any(pats, c)).peekable();
+            if calls.peek().is_some() && calls.all(|c| re.is_match(&c.args)) {
+                return false;
+            }
         }
         if let Some(c) = call {
             for (k, v) in &w.keyword {
@@ -218,6 +314,7 @@ impl Program {
                 return false;
             }
         }
+        let ctx = m.ctx(site.start, site.end);
         if check.in_branch.as_ref().is_some_and(|re| !ctx.conds.iter().any(|c| re.is_match(c))) {
             return false;
         }
@@ -227,41 +324,42 @@ impl Program {
         if check.guard.as_ref().is_some_and(|g| m.guarded(site.start, site.end, g)) {
             return false;
         }
-        if !check.no_call.is_empty() && !self.no_call(check, site) {
-            return false;
-        }
-        if w.unprotected == Some(true) && !self.unprotected(check, site) {
-            return false;
-        }
-        if !check.no_call_before.is_empty() {
-            let wr = self.tail_wrappers(&check.no_call_before);
-            if self.preceded(site.module, site.scope, site.start, &check.no_call_before, &wr, 0) {
-                return false;
-            }
-        }
         if !check.call_before.is_empty() && !self.call_before(check, site) {
             return false;
         }
         if !check.call_after.is_empty() {
-            let wr = self.wrappers(&check.call_after);
+            let h = self.helpers(&check.call_after, false);
             let later = self
                 .calls_in(site.module, site.scope)
-                .find(|(_, c)| c.start >= site.end && self.matches(site.module, c, &check.call_after, &wr));
+                .find(|(_, c)| c.start >= site.end && self.matches(site.module, c, &check.call_after, &h));
             match later {
                 Some((_, c)) => site.notes.push(format!("`{}` follows at line {}", c.callee, m.position(c.start).0)),
                 None => return false,
             }
         }
         if !check.no_call_in_function.is_empty() {
-            let wr = self.wrappers(&check.no_call_in_function);
+            let h = self.helpers(&check.no_call_in_function, false);
             if self
                 .calls_in(site.module, site.scope)
-                .any(|(_, c)| self.matches(site.module, c, &check.no_call_in_function, &wr))
+                .any(|(_, c)| self.matches(site.module, c, &check.no_call_in_function, &h))
             {
                 return false;
             }
         }
         if w.twice == Some(true) && !self.twice(check, site) {
+            return false;
+        }
+        if !check.no_call_before.is_empty() {
+            let h = self.helpers(&check.no_call_before, true);
+            let mut memo = HashMap::new();
+            if self.preceded(site.module, site.scope, site.start, &check.no_call_before, &h, 0, &mut memo) {
+                return false;
+            }
+        }
+        if w.unprotected == Some(true) && !self.unprotected(check, site) {
+            return false;
+        }
+        if !check.no_call.is_empty() && !self.no_call(check, site) {
             return false;
         }
         true
@@ -270,11 +368,9 @@ impl Program {
     /// `no_call`: some chain of callers from an entry point (module-level code) to the site makes
     /// none of the calls. No entry point among the linted files: nothing can be said.
     fn no_call(&self, check: &Check, site: &mut Site) -> bool {
-        let wr = self.wrappers(&check.no_call);
+        let h = self.helpers(&check.no_call, false);
         let makes = |mi: usize, scope: usize| {
-            let m = &self.modules[mi];
-            self.calls_in(mi, scope)
-                .any(|(_, c)| self.matches(mi, c, &check.no_call, &wr) && !m.ctx(c.start, c.end).except)
+            self.calls_in(mi, scope).any(|(ci, c)| !self.in_except[mi][ci] && self.matches(mi, c, &check.no_call, &h))
         };
         // Depth-first over callers; a chain is cut as soon as one of its scopes makes the call.
         let mut stack = vec![(site.module, site.scope, 0usize, None::<CallRef>)];
@@ -293,84 +389,113 @@ impl Program {
             }
             if depth < MAX_DEPTH {
                 for r in self.callers(mi, scope) {
-                    let c = self.call(r);
-                    stack.push((r.0, c.scope, depth + 1, Some(r)));
+                    stack.push((r.0, self.call(r).scope, depth + 1, Some(r)));
                 }
             }
         }
         false
     }
 
-    fn lex_protected(&self, mi: usize, start: usize, end: usize, scope: usize, via: Option<&str>) -> bool {
+    /// In a `finally`/`except`, an atexit function, a signal handler, or a function the check
+    /// names (`__exit__`, `tearDown`) or whose decorator it names (`fixture`).
+    fn lex_protected(
+        &self,
+        check: &Check,
+        mi: usize,
+        start: usize,
+        end: usize,
+        scope: usize,
+        via: Option<&str>,
+    ) -> bool {
         let m = &self.modules[mi];
-        let ctx = m.ctx(start, end);
         let f = &m.scopes[scope];
-        ctx.finally
-            || ctx.except
-            || (scope != 0
-                && (f.name == "__exit__"
-                    || f.name == "__aexit__"
-                    || m.atexit.contains(&f.name)
-                    || m.handlers.contains(&f.name)))
-            || via.is_some_and(|v| v.ends_with("atexit.register"))
+        let w = &check.def.when;
+        let named = scope != 0
+            && (m.atexit.contains(&f.name)
+                || m.handlers.contains(&f.name)
+                || w.protected_functions.contains(&f.name)
+                || w.protected_decorators.iter().any(|d| has_word(&f.decorators, d)));
+        named || via.is_some_and(|v| v.ends_with("atexit.register")) || {
+            let ctx = m.ctx(start, end);
+            ctx.finally || ctx.except
+        }
     }
 
-    fn protected(&self, mi: usize, start: usize, end: usize, scope: usize, via: Option<&str>, depth: usize) -> bool {
-        if self.lex_protected(mi, start, end, scope, via) {
-            return true;
+    /// Every call of function `scope` is protected (and there is one).
+    fn scope_protected(
+        &self,
+        check: &Check,
+        mi: usize,
+        scope: usize,
+        depth: usize,
+        memo: &mut HashMap<(usize, usize), bool>,
+    ) -> bool {
+        if let Some(&v) = memo.get(&(mi, scope)) {
+            return v;
         }
+        memo.insert((mi, scope), false); // a cycle proves nothing
         let callers = self.callers(mi, scope);
-        depth < MAX_DEPTH
+        let v = depth < MAX_DEPTH
             && !callers.is_empty()
             && callers.iter().all(|&r| {
                 let c = self.call(r);
-                self.protected(r.0, c.start, c.end, c.scope, c.via.as_deref(), depth + 1)
-            })
+                self.lex_protected(check, r.0, c.start, c.end, c.scope, c.via.as_deref())
+                    || self.scope_protected(check, r.0, c.scope, depth + 1, memo)
+            });
+        memo.insert((mi, scope), v);
+        v
     }
 
     /// `unprotected`: neither this call nor any other call of the same names in its file runs on
     /// the exception path.
     fn unprotected(&self, check: &Check, site: &Site) -> bool {
-        if self.protected(site.module, site.start, site.end, site.scope, None, 0) {
+        if self.lex_protected(check, site.module, site.start, site.end, site.scope, None)
+            || self.scope_protected(check, site.module, site.scope, 0, &mut HashMap::new())
+        {
             return false;
         }
-        let wr = self.wrappers(&check.calls);
+        let h = self.helpers(&check.calls, false);
         let m = &self.modules[site.module];
         !m.calls.iter().any(|c| {
-            self.matches(site.module, c, &check.calls, &wr)
-                && self.lex_protected(site.module, c.start, c.end, c.scope, c.via.as_deref())
+            self.matches(site.module, c, &check.calls, &h)
+                && self.lex_protected(check, site.module, c.start, c.end, c.scope, c.via.as_deref())
         })
     }
 
     /// A call of `pats` precedes `pos` in `scope`, or precedes every call of that function.
+    #[allow(clippy::too_many_arguments)]
     fn preceded(
         &self,
         mi: usize,
         scope: usize,
         pos: usize,
         pats: &[Pattern],
-        wr: &HashSet<Wrapper>,
+        h: &Helpers,
         depth: usize,
+        memo: &mut HashMap<(usize, usize, usize), bool>,
     ) -> bool {
-        if self.calls_in(mi, scope).any(|(_, c)| c.end <= pos && self.matches(mi, c, pats, wr)) {
-            return true;
+        if let Some(&v) = memo.get(&(mi, scope, pos)) {
+            return v;
         }
-        let callers = self.callers(mi, scope);
-        depth < MAX_DEPTH
-            && !callers.is_empty()
-            && callers.iter().all(|&r| {
-                let c = self.call(r);
-                self.preceded(r.0, c.scope, c.start, pats, wr, depth + 1)
-            })
+        memo.insert((mi, scope, pos), false);
+        let v = self.calls_in(mi, scope).any(|(_, c)| c.end <= pos && self.matches(mi, c, pats, h)) || {
+            let callers = self.callers(mi, scope);
+            depth < MAX_DEPTH
+                && !callers.is_empty()
+                && callers.iter().all(|&r| {
+                    let c = self.call(r);
+                    self.preceded(r.0, c.scope, c.start, pats, h, depth + 1, memo)
+                })
+        };
+        memo.insert((mi, scope, pos), v);
+        v
     }
 
     fn call_before(&self, check: &Check, site: &mut Site) -> bool {
         let m = &self.modules[site.module];
         let Some((_, first)) = self
             .calls_in(site.module, site.scope)
-            .filter(|(_, c)| {
-                c.end <= site.start && c.via.is_none() && check.call_before.iter().any(|p| Self::direct(p, c))
-            })
+            .filter(|(_, c)| c.end <= site.start && Self::direct_any(&check.call_before, c))
             .last()
         else {
             return false;
@@ -379,9 +504,9 @@ impl Program {
         if check.call_between.is_empty() {
             return true;
         }
-        let wr = self.wrappers(&check.call_between);
+        let h = self.helpers(&check.call_between, false);
         match self.calls_in(site.module, site.scope).find(|(_, c)| {
-            c.start >= first.end && c.end <= site.start && self.matches(site.module, c, &check.call_between, &wr)
+            c.start >= first.end && c.end <= site.start && self.matches(site.module, c, &check.call_between, &h)
         }) {
             Some((_, b)) => {
                 site.notes.push(format!("with `{}` at line {} in between", b.callee, m.position(b.start).0));
@@ -392,34 +517,20 @@ impl Program {
     }
 
     /// A call under the guard, or of functions whose own calls of `pats` are all guarded.
-    fn guarded_call(
-        &self,
-        mi: usize,
-        c: &Call,
-        pats: &[Pattern],
-        wr: &HashSet<Wrapper>,
-        g: &regex::Regex,
-        depth: usize,
-    ) -> bool {
+    fn guarded_call(&self, mi: usize, c: &Call, pats: &[Pattern], h: &Helpers, g: &regex::Regex, depth: usize) -> bool {
         if self.modules[mi].guarded(c.start, c.end, g) {
             return true;
         }
-        if depth >= MAX_DEPTH || (c.via.is_none() && pats.iter().any(|p| Self::direct(p, c))) {
+        if depth >= MAX_DEPTH || Self::direct_any(pats, c) {
             return false;
         }
-        let targets: Vec<&Wrapper> =
-            wr.iter().filter(|x| self.resolves(mi, c, x.module, &x.name, x.is_method)).collect();
+        let targets: Vec<&Helper> =
+            h.by_name.get(&c.last).into_iter().flatten().filter(|x| self.resolves(mi, c, x)).collect();
         !targets.is_empty()
             && targets.iter().all(|x| {
-                let wm = &self.modules[x.module];
-                wm.calls
-                    .iter()
-                    .filter(|k| {
-                        let s = &wm.scopes[k.scope];
-                        k.scope != 0 && s.name == x.name && s.is_method == x.is_method
-                    })
-                    .filter(|k| self.matches(x.module, k, pats, wr))
-                    .all(|k| self.guarded_call(x.module, k, pats, wr, g, depth + 1))
+                self.calls_in(x.module, x.scope)
+                    .filter(|(_, k)| self.matches(x.module, k, pats, h))
+                    .all(|(_, k)| self.guarded_call(x.module, k, pats, h, g, depth + 1))
             })
     }
 
@@ -431,13 +542,12 @@ impl Program {
         if here.in_loop {
             return false;
         }
-        let wr = self.wrappers(&check.calls);
+        let h = self.helpers(&check.calls, false);
         for (_, a) in self.calls_in(site.module, site.scope) {
-            if a.end > site.start || !self.matches(site.module, a, &check.calls, &wr) {
+            if a.end > site.start || !self.matches(site.module, a, &check.calls, &h) {
                 continue;
             }
-            let direct = a.via.is_none() && check.calls.iter().any(|p| Self::direct(p, a));
-            if direct && a.args != me.args {
+            if Self::direct_any(&check.calls, a) && a.args != me.args {
                 continue;
             }
             let actx = m.ctx(a.start, a.end);
@@ -447,7 +557,7 @@ impl Program {
             if actx.in_loop
                 || exclusive
                 || m.exits_before(a.start, a.end, site.start)
-                || check.guard.as_ref().is_some_and(|g| self.guarded_call(site.module, a, &check.calls, &wr, g, 0))
+                || check.guard.as_ref().is_some_and(|g| self.guarded_call(site.module, a, &check.calls, &h, g, 0))
             {
                 continue;
             }

@@ -1,35 +1,18 @@
 //! `lint`: teardown and init mistakes of distributed Python scripts, found before they run.
 //! Sources -> tree-sitter trees (`python`) -> the checks of rules/lint/ (`check`) evaluated over all
-//! files at once (`eval`) -> findings in the shared result model -> writers (`render`).
+//! files at once (`eval`) -> findings in the shared result model (writers: `output::lint`).
 
 pub mod check;
 pub mod eval;
 pub mod python;
-pub mod render;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::LintArgs;
 use crate::exit;
 use crate::model::{Evidence, Finding, LintReport, Severity, SCHEMA_VERSION};
 use crate::rules::version::Version;
-
-pub fn run(args: &LintArgs) -> Result<u8> {
-    let torch = match &args.torch {
-        Some(t) => Some(Version::parse(t).with_context(|| format!("--torch {t}: not a version (e.g. 2.6.0)"))?),
-        None => None,
-    };
-    let files = expand(&args.paths)?;
-    let report = lint_files(&files, torch)?;
-    let text = render::render(&report, args.format);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(exit_code(&report))
-}
 
 /// 2 when a file does not parse, 1 on a warning or worse, 0 otherwise.
 pub fn exit_code(r: &LintReport) -> u8 {
@@ -89,17 +72,35 @@ pub fn for_command(cmd: &[String]) -> Vec<Finding> {
     lint_files(&files, None).map(|r| r.findings).unwrap_or_default()
 }
 
-/// Lint `files` together with the built-in checks.
+/// Lint `files` together with the built-in checks. A file that is not UTF-8 is an error of that
+/// file (like one that does not parse); the others are still linted.
 pub fn lint_files(files: &[PathBuf], torch: Option<Version>) -> Result<LintReport> {
     let mut sources = Vec::new();
+    let mut bad = Vec::new();
     for f in files {
         let bytes = std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            anyhow::anyhow!("{}: not UTF-8 text (byte {} is invalid)", f.display(), e.utf8_error().valid_up_to())
-        })?;
-        sources.push((f.display().to_string(), text));
+        let name = f.display().to_string();
+        match String::from_utf8(bytes) {
+            Ok(text) => sources.push((name, text)),
+            Err(e) => {
+                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                let line = valid.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+                let column = valid.iter().rev().take_while(|&&b| b != b'\n').count() as u64 + 1;
+                bad.push(Evidence {
+                    source: name,
+                    line,
+                    rank: None,
+                    text: format!("not UTF-8 text (byte {} is invalid)", valid.len()),
+                    detail: None,
+                    column: Some(column),
+                });
+            }
+        }
     }
-    lint_sources(sources, torch)
+    let mut r = lint_sources(sources, torch)?;
+    r.files.extend(bad.iter().map(|e| e.source.clone()));
+    r.errors.extend(bad);
+    Ok(r)
 }
 
 /// Lint in-memory sources (name, text).
@@ -227,6 +228,24 @@ mod fixtures {
             }
         }
         assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    /// Calls into another file resolve only through what the caller imports: a helper of the same
+    /// name elsewhere (`append` here) is not the call (a false positive on Megatron-LM before).
+    #[test]
+    fn helpers_in_other_files_count_only_when_imported() {
+        let lib = "import torch.distributed as dist\n\ndef append(x):\n    dist.barrier()\n\ndef sync():\n    dist.barrier()\n";
+        let user = |imports: &str, call: &str| {
+            format!("{imports}\nimport torch.distributed as dist\n\ndef f(rank, items):\n    if rank == 0:\n        return\n    {call}\n")
+        };
+        let rules = |src: String| -> Vec<String> {
+            let r = lint_sources(vec![("lib.py".into(), lib.into()), ("user.py".into(), src)], None).unwrap();
+            r.findings.iter().filter(|f| f.evidence[0].source == "user.py").map(|f| f.rule.clone()).collect()
+        };
+        assert!(rules(user("", "items.append(1)")).is_empty());
+        assert!(rules(user("", "sync()")).is_empty(), "not imported: another file's sync");
+        assert_eq!(rules(user("from lib import sync", "sync()")), ["rank-return-before-collective"]);
+        assert_eq!(rules(user("import lib", "lib.sync()")), ["rank-return-before-collective"]);
     }
 
     #[test]

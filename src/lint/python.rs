@@ -10,6 +10,8 @@ pub struct Scope {
     pub name: String,
     /// Defined directly in a class body: called as `x.name()`.
     pub is_method: bool,
+    /// Its decorators as written (`@pytest.fixture`).
+    pub decorators: String,
     pub start: usize,
     pub end: usize,
 }
@@ -84,6 +86,7 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         let bad = first_error(root).unwrap_or(root);
         let p = bad.start_position();
         let line = src.lines().nth(p.row).unwrap_or("").trim_end();
+        // tree-sitter-python's view: a syntax error, or (rarely) syntax its grammar lacks.
         let what = if bad.is_missing() { format!("missing `{}`", bad.kind()) } else { "syntax error".into() };
         return Err(SyntaxError {
             line: p.row as u64 + 1,
@@ -93,7 +96,13 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
     }
     let mut m = Module {
         path: path.to_string(),
-        scopes: vec![Scope { name: "<module>".into(), is_method: false, start: 0, end: src.len() }],
+        scopes: vec![Scope {
+            name: "<module>".into(),
+            is_method: false,
+            decorators: String::new(),
+            start: 0,
+            end: src.len(),
+        }],
         calls: Vec::new(),
         imports: String::new(),
         atexit: HashSet::new(),
@@ -102,19 +111,24 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         src: String::new(),
         tree: tree.clone(),
     };
-    walk(&src, root, 0, &mut m);
+    walk(&src, root, &mut m);
     m.src = src;
     m.tree = tree;
     Ok(m)
 }
 
-fn first_error(n: Node) -> Option<Node> {
-    if n.is_error() || n.is_missing() {
-        return Some(n);
+/// The first error or missing node, in source order (iterative: nesting depth is the input's).
+fn first_error(root: Node) -> Option<Node> {
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        if n.is_error() || n.is_missing() {
+            return Some(n);
+        }
+        let mut c = n.walk();
+        let kids: Vec<Node> = n.children(&mut c).filter(|k| k.has_error()).collect();
+        stack.extend(kids.into_iter().rev());
     }
-    let mut c = n.walk();
-    let kids: Vec<Node> = n.children(&mut c).collect();
-    kids.into_iter().filter(|k| k.has_error()).find_map(first_error)
+    None
 }
 
 fn text<'a>(src: &'a str, n: Node) -> &'a str {
@@ -125,38 +139,43 @@ fn squash(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
-fn walk(src: &str, n: Node, scope: usize, m: &mut Module) {
-    let mut scope = scope;
-    match n.kind() {
-        "function_definition" => {
-            let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
-            // A method's def sits in a class body block (maybe under a decorator).
-            let mut p = n.parent();
-            if p.is_some_and(|x| x.kind() == "decorated_definition") {
-                let dec = p.unwrap();
-                let mut c = dec.walk();
-                for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
-                    if squash(text(src, d)).starts_with("@atexit.register") {
-                        m.atexit.insert(name.clone());
+/// Every node, with the function it belongs to (iterative: nesting depth is the input's).
+fn walk(src: &str, root: Node, m: &mut Module) {
+    let mut stack = vec![(root, 0usize)];
+    while let Some((n, outer)) = stack.pop() {
+        let mut scope = outer;
+        match n.kind() {
+            "function_definition" => {
+                let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
+                // A method's def sits in a class body block (maybe under a decorator).
+                let mut p = n.parent();
+                let mut decorators = String::new();
+                if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
+                    let mut c = dec.walk();
+                    for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
+                        decorators.push_str(text(src, d));
+                        decorators.push('\n');
+                        if squash(text(src, d)).starts_with("@atexit.register") {
+                            m.atexit.insert(name.clone());
+                        }
                     }
+                    p = dec.parent();
                 }
-                p = dec.parent();
+                let is_method = p
+                    .is_some_and(|b| b.kind() == "block" && b.parent().is_some_and(|c| c.kind() == "class_definition"));
+                m.scopes.push(Scope { name, is_method, decorators, start: n.start_byte(), end: n.end_byte() });
+                scope = m.scopes.len() - 1;
             }
-            let is_method =
-                p.is_some_and(|b| b.kind() == "block" && b.parent().is_some_and(|c| c.kind() == "class_definition"));
-            m.scopes.push(Scope { name, is_method, start: n.start_byte(), end: n.end_byte() });
-            scope = m.scopes.len() - 1;
+            "import_statement" | "import_from_statement" => {
+                m.imports.push_str(text(src, n));
+                m.imports.push('\n');
+            }
+            "call" => call(src, n, scope, m),
+            _ => {}
         }
-        "import_statement" | "import_from_statement" => {
-            m.imports.push_str(text(src, n));
-            m.imports.push('\n');
-        }
-        "call" => call(src, n, scope, m),
-        _ => {}
-    }
-    let mut c = n.walk();
-    for k in n.children(&mut c) {
-        walk(src, k, scope, m);
+        let mut c = n.walk();
+        let kids: Vec<Node> = n.children(&mut c).collect();
+        stack.extend(kids.into_iter().rev().map(|k| (k, scope)));
     }
 }
 

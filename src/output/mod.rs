@@ -5,6 +5,7 @@ pub mod env;
 pub mod explain_md;
 pub mod explain_text;
 pub mod json;
+pub mod lint;
 pub mod markdown;
 pub mod redact;
 pub mod report;

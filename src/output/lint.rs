@@ -1,4 +1,4 @@
-//! One writer per format of the lint report: text (compiler style), md, json, sarif (SARIF 2.1.0).
+//! `lint`'s writers, one per format of its report (`crate::model::LintReport`): text (compiler style), md, json, sarif (SARIF 2.1.0).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 use owo_colors::Style;
 use serde_json::{json, Value};
 
+use super::color::paint;
+use super::markdown::{code_block, inline};
 use crate::cli::LintFormat;
 use crate::model::{Finding, LintReport, Severity};
-use crate::output::color::paint;
-use crate::output::markdown::{code_block, inline};
 
 pub fn render(r: &LintReport, format: LintFormat) -> String {
     match format {

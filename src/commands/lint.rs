@@ -1,0 +1,23 @@
+//! `lint`: paths -> files -> the checks (`crate::lint`) -> a writer -> an exit code.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+
+use crate::cli::LintArgs;
+use crate::lint;
+use crate::rules::version::Version;
+
+pub fn run(args: &LintArgs) -> Result<u8> {
+    let torch = match &args.torch {
+        Some(t) => Some(Version::parse(t).with_context(|| format!("--torch {t}: not a version (e.g. 2.6.0)"))?),
+        None => None,
+    };
+    let files = lint::expand(&args.paths)?;
+    let report = lint::lint_files(&files, torch)?;
+    let text = crate::output::lint::render(&report, args.format);
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(lint::exit_code(&report))
+}
