@@ -9,22 +9,11 @@ use anyhow::Context;
 use super::checks::human_bytes;
 use super::procs::ProcScan;
 use super::shm::{self, ShmFile};
-use crate::cli::CleanArgs;
 
 pub struct Outcome {
     pub text: String,
     pub deleted: Vec<String>,
     pub failed: Vec<String>,
-}
-
-pub fn run(args: &CleanArgs) -> anyhow::Result<u8> {
-    let o = clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
-    // Not print!: a closed pipe must be an error we can map to exit 0, not a panic.
-    use std::io::Write;
-    let mut so = std::io::stdout().lock();
-    so.write_all(o.text.as_bytes())?;
-    so.flush()?;
-    Ok(if o.failed.is_empty() { crate::exit::OK } else { crate::exit::ERROR })
 }
 
 fn scan_for(proc_root: &Path, dir: &Path) -> ProcScan {

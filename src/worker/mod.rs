@@ -13,13 +13,12 @@ mod rendezvous;
 pub mod workload;
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
 
-use crate::cli::{KernelsArgs, WorkerArgs};
 use cu::CuError;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
@@ -158,7 +157,30 @@ fn short_code(e: &anyhow::Error) -> String {
     "error".into()
 }
 
-pub fn run(args: &WorkerArgs) -> Result<u8> {
+/// The built-in workload's size (DeepEP's test size by default).
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub experts: usize,
+    pub topk: usize,
+    pub iters: usize,
+}
+
+/// One rank of the workload, as `repro` starts it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub rank: usize,
+    pub world: usize,
+    /// Folder shared by the ranks of one cell (NCCL id and IPC handle files).
+    pub rendezvous: PathBuf,
+    pub teardown: String,
+    /// libnccl.so to load instead of the loader's choice.
+    pub nccl_lib: Option<PathBuf>,
+    pub size: Size,
+}
+
+pub fn run(args: &Config) -> Result<u8> {
     let mode = Teardown::parse(&args.teardown)?;
     let shape = Shape {
         world: args.world,
@@ -324,7 +346,7 @@ struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     fn init(
-        args: &WorkerArgs,
+        args: &Config,
         shape: Shape,
         mode: Teardown,
         timeouts: Timeouts,
@@ -1032,8 +1054,15 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// `epdoctor kernels`: the target and where to write the PTX.
+#[derive(Debug, Clone)]
+pub struct KernelsConfig {
+    pub arch: String,
+    pub out: Option<PathBuf>,
+}
+
 /// `epdoctor kernels`: compile every kernel with NVRTC and list the entry points.
-pub fn kernels_command(args: &KernelsArgs) -> Result<u8> {
+pub fn kernels_command(args: &KernelsConfig) -> Result<u8> {
     kernels::check_arch(&args.arch)?;
     let units = kernels::units();
     if let Some(dir) = &args.out {
