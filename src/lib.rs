@@ -10,6 +10,7 @@ mod error;
 pub mod exit;
 pub mod log;
 pub mod model;
+pub mod os;
 pub mod output;
 pub mod repro;
 pub mod rules;

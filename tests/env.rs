@@ -102,7 +102,7 @@ fn nvshmem_facts_from_real_bytes() {
 fn proc_net_unix_fixture() {
     let socks = procs::parse_net_unix(&fixture_text("net_unix.txt"));
     assert_eq!(socks.len(), 6);
-    let nccl: Vec<_> = socks.iter().filter(|s| s.path.as_deref().is_some_and(procs::is_nccl_socket)).collect();
+    let nccl: Vec<_> = socks.iter().filter(|s| s.path.as_deref().is_some_and(epdoctor::os::is_nccl_socket)).collect();
     assert_eq!(nccl.len(), 2);
     assert_eq!(nccl[0].inode, 88121);
     assert!(socks.iter().any(|s| s.path.as_deref() == Some("/var/run/my app/with space.sock")));

@@ -302,8 +302,8 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     }
 
     // /dev/shm leftovers.
-    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_nccl_file(file_name(&f.path))).collect();
-    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_torch_file(file_name(&f.path))).collect();
+    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
+    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
     let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
     let (stale, in_use, unknown) =
         (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));

@@ -163,7 +163,7 @@ pub fn collect(src: &Sources) -> EnvReport {
         .map(|t| procs::parse_net_unix(&t))
         .unwrap_or_default()
         .into_iter()
-        .filter(|s| s.path.as_deref().is_some_and(procs::is_nccl_socket))
+        .filter(|s| s.path.as_deref().is_some_and(crate::os::is_nccl_socket))
         .map(|s| SocketInfo {
             path: s.path.clone().unwrap_or_default(),
             inode: s.inode,
