@@ -99,7 +99,7 @@ pub struct Execution {
     pub pgids: Vec<i32>,
 }
 
-pub const HARNESS_PREFIX: &str = "[epdoctor-harness]";
+pub use super::markers::HARNESS_PREFIX;
 
 /// Seconds as the user wrote them: 45, 0.5.
 pub fn secs(d: Duration) -> String {

@@ -14,6 +14,8 @@ pub mod workload;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use crate::repro::markers;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -125,16 +127,19 @@ struct Out {
 }
 
 impl Out {
-    fn line(&self, s: impl std::fmt::Display) {
+    fn print(&self, line: String) {
         let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "[epdoctor] rank={} {s}", self.rank);
+        let _ = writeln!(o, "{line}");
         let _ = o.flush();
     }
+    fn line(&self, s: impl std::fmt::Display) {
+        self.print(markers::line(self.rank, s));
+    }
     fn phase(&self, p: &str) {
-        self.line(format_args!("phase={p} t={:.6}", unix_now()));
+        self.print(markers::phase(self.rank, p, unix_now()));
     }
     fn note(&self, text: &str) {
-        self.line(format_args!("note: {text}"));
+        self.print(markers::note(self.rank, text));
     }
     /// `error=<stage> code=<name>` on stdout, the whole chain on stderr; returns FAILED.
     fn fail(&self, stage: &str, e: &anyhow::Error) -> u8 {
