@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+mod common;
 use epdoctor::env::{libs, procs, vars};
 
 fn fixture(name: &str) -> PathBuf {
@@ -18,8 +18,8 @@ fn fixture_text(name: &str) -> String {
 
 /// A clean environment: no inherited NCCL_* or EPDOCTOR_* variables, a temp HOME, and a PATH whose
 /// first folder may hold a fake python3.
-fn epdoctor(home: &Path, bin: &Path) -> Command {
-    let mut c = Command::cargo_bin("epdoctor").unwrap();
+fn epdoctor(home: &Path, bin: &Path) -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::new(common::bin());
     c.env_clear()
         .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", bin.display()))
         .env("HOME", home)

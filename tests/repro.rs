@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_epdoctor")
-}
+mod common;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repro").join(name)
@@ -42,16 +40,11 @@ impl Scratch {
         p
     }
     fn cmd(&self) -> Command {
-        let mut c = Command::new(bin());
+        let mut c = common::std_epdoctor();
         c.env("EPDOCTOR_WORKER_CMD", fixture("standin-rank.sh"))
             .env("EPDOCTOR_SHM_DIR", self.shm())
-            .env("NO_COLOR", "1")
             .env_remove("NCCL_DEBUG")
             .env_remove("NCCL_DEBUG_FILE")
-            .env_remove("EPDOCTOR_FORMAT")
-            .env_remove("EPDOCTOR_RULES")
-            .env_remove("EPDOCTOR_RANKS")
-            .env_remove("EPDOCTOR_TIMEOUT")
             .stdin(Stdio::null());
         c.arg("repro").arg("--out").arg(self.run());
         c

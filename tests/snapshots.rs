@@ -1,13 +1,10 @@
 //! Snapshots of every output format of `explain`, on a fixed input and a fixed rule set
 //! (tests/fixtures/snap/), with unstable parts (version, paths) filtered.
 
-use assert_cmd::Command;
+mod common;
 
 fn explain(format: &str, extra: &[&str]) -> String {
-    let out = Command::cargo_bin("epdoctor")
-        .unwrap()
-        .env("NO_COLOR", "1")
-        .env_remove("EPDOCTOR_FORMAT")
+    let out = common::epdoctor()
         .args(["explain", "--no-builtin-rules", "--rules", "tests/fixtures/snap/rules.toml", "--format", format])
         .args(extra)
         .arg("tests/fixtures/snap/two-ranks.log")
