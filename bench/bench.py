@@ -29,16 +29,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DATA = os.path.join(HERE, "data")
 
-# (name, ranks, total MB, layout). `single`: all ranks interleaved in one file (a job's combined
-# output); `per-rank`: one file per rank in a folder.
+# (name, ranks, total MB, layout, generator options). `single`: all ranks interleaved in one file
+# (a job's combined output); `per-rank`: one file per rank in a folder.
 SETS = [
-    ("single-8r-100mb", 8, 100, "single"),
-    ("per-rank-8r-100mb", 8, 100, "per-rank"),
-    ("single-64r-1gb", 64, 1000, "single"),
-    ("per-rank-64r-500mb", 64, 500, "per-rank"),
-    ("per-rank-512r-2gb", 512, 2000, "per-rank"),
+    ("single-8r-100mb", 8, 100, "single", []),
+    ("per-rank-8r-100mb", 8, 100, "per-rank", []),
+    ("single-64r-1gb", 64, 1000, "single", []),
+    ("per-rank-64r-500mb", 64, 500, "per-rank", []),
+    ("per-rank-512r-2gb", 512, 2000, "per-rank", []),
+    # One line in seven a split communicator's `comm 0x... rank N nRanks M` line.
+    ("comm-init-8r-100mb", 8, 100, "single", ["--comm-init-every", "7"]),
+    # A launcher prefix on every line.
+    ("ray-8r-100mb", 8, 100, "single", ["--prefix", "ray"]),
+    ("srun-label-16r-100mb", 16, 100, "single", ["--prefix", "srun"]),
 ]
-QUICK = {"single-8r-100mb", "per-rank-8r-100mb"}
+QUICK = {"single-8r-100mb", "per-rank-8r-100mb", "comm-init-8r-100mb", "ray-8r-100mb", "srun-label-16r-100mb"}
 
 
 def sh(cmd, **kw):
@@ -52,7 +57,7 @@ def path_of(name, layout):
 def generate(sets, seed):
     """Generate the missing data sets, several generators at once."""
     procs = []
-    for name, ranks, mb, layout in sets:
+    for name, ranks, mb, layout, opts in sets:
         out = path_of(name, layout)
         done = out + ".done"
         if os.path.exists(done):
@@ -61,7 +66,7 @@ def generate(sets, seed):
         if os.path.isdir(out):
             shutil.rmtree(out)
         cmd = [sys.executable, os.path.join(HERE, "gen_logs.py"), "--ranks", str(ranks), "--total-mb", str(mb)]
-        cmd += ["--layout", layout, "--out", out, "--seed", str(seed)]
+        cmd += ["--layout", layout, "--out", out, "--seed", str(seed)] + opts
         procs.append((subprocess.Popen(cmd), done))
         if len(procs) >= (os.cpu_count() or 1):
             p, d = procs.pop(0)
@@ -176,7 +181,7 @@ def main():
     print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}\n", flush=True)
 
     rows = []
-    for name, ranks, mb, layout in sets:
+    for name, ranks, mb, layout, _ in sets:
         path = path_of(name, layout)
         size, nfiles = size_and_files(path)
         warm(path)
@@ -239,7 +244,7 @@ def main():
     print(f"load average at end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
 
     if a.check:
-        paths = ":".join(path_of(n, l) for n, _, _, l in sets if n in QUICK)
+        paths = ":".join(path_of(n, l) for n, _, _, l, _ in sets if n in QUICK)
         print(f"\nchecking explain's fast path against its reference on {paths} ...", flush=True)
         subprocess.run(
             ["cargo", "test", "--release", "--lib", "equivalence_on_given_logs", "--", "--ignored"],

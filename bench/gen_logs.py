@@ -15,6 +15,15 @@ ranks, pointers and timestamps vary per rank. What one rank writes:
     torch "destroy_process_group() was not called" warning, and on one rank a watchdog timeout with a
     traceback (so the verdict is `actionable` and the engine has real work to do).
 
+Two knobs make the sets that stress what the engine does per matched line and per prefix:
+
+  * --comm-init-every 7: one line in seven is a communicator lifecycle line carrying
+    `comm 0x... rank N nRanks M` (Init START/COMPLETE, the `nRanks nNodes localRanks` line, Destroy
+    COMPLETE; shapes as in shared/data/h200-logs/), each for a new split communicator (a job that
+    creates sub-groups all the time: per-layer groups, pipeline stages, elastic restarts);
+  * --prefix ray|srun: every line carries a launcher prefix, Ray's `(RayWorkerWrapper pid=N, ip=A) `
+    or `srun --label`'s task number `12: ` (padded to the width of the largest one, as srun does).
+
 Deterministic for a given --seed. Writes one file per rank (--layout per-rank) or one file with all
 ranks interleaved in blocks, as a job's combined stdout would be (--layout single).
 
@@ -57,6 +66,7 @@ class Rank:
         self.step = 0
         self.op = 0
         self.sec = 8 * 3600 + 12 * 60 + self.rng.random()  # seconds into 2026-11-29
+        self.split = 0
 
     def hex(self, bits=40):
         return "0x7f%010x" % self.rng.getrandbits(bits)
@@ -138,6 +148,32 @@ def comm_init(r, comm, nranks, rank, world, out):
 
 
 COLLS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast")
+
+
+def comm_lifecycle(r, n):
+    """`n` lines of split communicators coming and going, each line carrying `comm 0x... rank N nRanks M`."""
+    out = []
+    for _ in range(n):
+        shape = r.split % 4
+        if shape == 0:
+            r.split_comm = 0x55E000000000 + r.rng.getrandbits(36)
+            r.split_size = (2, 4, 8, 16)[r.rng.randrange(4)]
+            r.split_id = r.rng.getrandbits(64)
+        c, m = r.split_comm, r.split_size
+        rk, bus = r.rank % m, 0x18 + r.local * 0x10
+        if shape == 0:
+            out.append(r.p + "ncclCommInitRank comm 0x%x rank %d nranks %d cudaDev %d nvmlDev %d busId %x0 commId 0x%x - "
+                       "Init START" % (c, rk, m, r.local, r.local, bus, r.split_id))
+        elif shape == 1:
+            out.append(r.p + "comm 0x%x rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL 0"
+                       % (c, rk, m, max(1, m // 8), min(m, 8), rk % 8))
+        elif shape == 2:
+            out.append(r.p + "ncclCommInitRank comm 0x%x rank %d nranks %d cudaDev %d nvmlDev %d busId %x0 commId 0x%x - "
+                       "Init COMPLETE" % (c, rk, m, r.local, r.local, bus, r.split_id))
+        else:
+            out.append(r.p + "comm 0x%x rank %d nranks %d cudaDev %d busId %x0 - Destroy COMPLETE" % (c, rk, m, r.local, bus))
+        r.split += 1
+    return out
 
 
 def runtime_chunk(r, comms, out):
@@ -234,9 +270,26 @@ def teardown(r, comms, failing, out):
     )
 
 
-def rank_lines(rank, nranks, seed, budget, host_style):
+def with_knobs(r, block, comm_init_every, prefix):
+    """`block` with a comm lifecycle line after every `comm_init_every - 1` lines, and `prefix` on each."""
+    if comm_init_every:
+        mixed = []
+        for i in range(0, len(block), comm_init_every - 1):
+            mixed += block[i:i + comm_init_every - 1]
+            mixed += comm_lifecycle(r, 1)
+        block = mixed
+    if prefix:
+        block = [prefix + line for line in block]
+    return block
+
+
+def rank_lines(rank, nranks, seed, budget, host_style, comm_init_every=0, prefix=None):
     """Yield blocks of lines (lists) for one rank, about `budget` bytes in all."""
     r = Rank(rank, nranks, seed, host_style)
+    if prefix == "ray":
+        prefix = "(RayWorkerWrapper pid=%d, ip=%s) " % (r.pid, r.ip)
+    elif prefix == "srun":
+        prefix = "%*d: " % (len(str(nranks - 1)), rank)
     out = [
         "[rank%d]: loading config /workspace/configs/moe-%dgpu.yaml" % (rank, nranks),
         "[rank%d]: world_size=%d local_rank=%d master=%s:29500" % (rank, nranks, r.local, "10.0.0.10"),
@@ -249,6 +302,7 @@ def rank_lines(rank, nranks, seed, budget, host_style):
         comm_init(r, c, size, rank % size, False, out)
         comms.append((c, size))
     out.append("[rank%d]: model ready: 1.2e+11 parameters, 64 experts, ep_size=%d" % (rank, min(nranks, 64)))
+    out = with_knobs(r, out, 0, prefix)
     size = sum(len(x) + 1 for x in out)
     yield out
     failing = rank == nranks // 3
@@ -256,11 +310,12 @@ def rank_lines(rank, nranks, seed, budget, host_style):
         out = []
         for _ in range(16):
             runtime_chunk(r, comms, out)
+        out = with_knobs(r, out, comm_init_every, prefix)
         size += sum(len(x) + 1 for x in out)
         yield out
     out = []
     teardown(r, comms, failing, out)
-    yield out
+    yield with_knobs(r, out, 0, prefix)
 
 
 def main():
@@ -270,7 +325,13 @@ def main():
     ap.add_argument("--layout", choices=("per-rank", "single"), default="per-rank")
     ap.add_argument("--out", required=True, help="output folder (per-rank) or file (single)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--comm-init-every", type=int, default=0, metavar="N",
+                    help="one line in N is a split communicator's lifecycle line (0: none; N >= 2)")
+    ap.add_argument("--prefix", choices=("ray", "srun"), help="a launcher prefix on every line")
     a = ap.parse_args()
+    if a.comm_init_every == 1:
+        ap.error("--comm-init-every must be 0 or at least 2")
+    knobs = (a.comm_init_every, a.prefix)
     total = int(a.total_mb * 1e6)
     budget = total // a.ranks
     style = a.seed % 3
@@ -280,12 +341,12 @@ def main():
         for rank in range(a.ranks):
             path = os.path.join(a.out, "rank%0*d.log" % (width, rank))
             with open(path, "w", buffering=1 << 20) as f:
-                for block in rank_lines(rank, a.ranks, a.seed, budget, style):
+                for block in rank_lines(rank, a.ranks, a.seed, budget, style, *knobs):
                     f.write("\n".join(block))
                     f.write("\n")
     else:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        gens = [rank_lines(rank, a.ranks, a.seed, budget, style) for rank in range(a.ranks)]
+        gens = [rank_lines(rank, a.ranks, a.seed, budget, style, *knobs) for rank in range(a.ranks)]
         with open(a.out, "w", buffering=1 << 20) as f:
             # Round-robin blocks of lines: ranks interleave as in a job's combined output.
             while gens:

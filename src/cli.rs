@@ -39,6 +39,8 @@ pub enum Command {
     /// The rule base: list, show one rule, run every rule's fixtures.
     #[command(subcommand)]
     Rules(RulesCommand),
+    /// Find teardown and init mistakes in distributed Python scripts before they run.
+    Lint(LintArgs),
     /// Compile the workload's CUDA kernels to PTX with NVRTC and list their entry points.
     Kernels(KernelsArgs),
     /// Print a shell completion script.
@@ -244,6 +246,29 @@ pub enum RulesCommand {
         #[command(flatten)]
         rule_opts: RuleOpts,
     },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LintArgs {
+    /// Python files or folders of them.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
+
+    /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning).
+    #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text, env = "EPDOCTOR_LINT_FORMAT")]
+    pub format: LintFormat,
+
+    /// Run only the checks that apply to this torch version (default: every check).
+    #[arg(long, value_name = "VERSION", env = "EPDOCTOR_TORCH")]
+    pub torch: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LintFormat {
+    Text,
+    Md,
+    Json,
+    Sarif,
 }
 
 #[derive(Debug, Clone, Args)]

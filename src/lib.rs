@@ -8,6 +8,7 @@ pub mod commands;
 pub mod env;
 mod error;
 pub mod exit;
+pub mod lint;
 pub mod log;
 pub mod model;
 pub mod os;
@@ -61,6 +62,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Report(args) => commands::report::run(&args),
         Command::Clean(args) => commands::env::clean(&args),
         Command::Rules(cmd) => commands::rules::run(cmd),
+        Command::Lint(args) => lint::run(&args),
         Command::Kernels(args) => commands::worker::kernels(&args),
         Command::Worker(args) => commands::worker::worker(&args),
         Command::Completions { shell } => commands::man::completions(shell),

@@ -62,6 +62,9 @@ pub struct Evidence {
     pub line: u64,
     pub rank: Option<u32>,
     pub text: String,
+    /// 1-based column (lint: where in the source line; absent for log lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u64>,
     /// What the line's record adds: the innermost frame of a traceback, the libraries of a crash
     /// backtrace, the error a `Last error:` payload restates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,9 +84,13 @@ pub struct Finding {
     pub root_cause: String,
     pub fix: String,
     pub refs: Vec<String>,
-    /// Why a benign-by-default rule was reported as a symptom here (absent when it was not).
+    /// Why it applies here. explain: why a benign-by-default rule was reported as a symptom (absent
+    /// when it was not); lint: what was found at this site.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// lint: the torch versions the check applies to (absent: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,4 +184,18 @@ pub struct InputSummary {
     pub lines: u64,
     pub bytes: u64,
     pub ranks: Vec<u32>,
+}
+
+/// The result of `lint`: findings over Python sources (one per site), in the same finding shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LintReport {
+    pub schema_version: u32,
+    pub tool_version: String,
+    /// The torch version the checks were filtered by (`--torch`); absent: every check ran.
+    pub torch_version: Option<String>,
+    pub files: Vec<String>,
+    pub checks: Vec<String>,
+    pub findings: Vec<Finding>,
+    /// Files that do not parse, with where (they get no findings; the exit status is 2).
+    pub errors: Vec<Evidence>,
 }

@@ -733,3 +733,18 @@ fn the_builtin_workload_without_gpu_libraries_is_refused_before_running() {
     assert!(stderr(&out).contains("the workload needs GPU libraries that cannot be loaded"), "{}", stderr(&out));
     assert!(!s.run().exists(), "no run folder: nothing was run");
 }
+
+#[test]
+fn a_command_running_a_python_script_is_linted_first() {
+    let s = Scratch::new();
+    // `true` stands in for python: the cells succeed; what counts is the lint of its script argument.
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures/never-destroyed.py");
+    let out = run_ok(s.cmd().args(["-q", "--", "true"]).arg(&script));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("never-destroyed.py:10: warning [destroy-missing]"), "{text}");
+    let v = s.cells();
+    assert_eq!(v["lint"][0]["rule"], "destroy-missing");
+    let report = std::fs::read_to_string(s.run().join("report.md")).unwrap();
+    assert!(report.contains("lint predicts: ") && report.contains("[destroy-missing]"), "{report}");
+}

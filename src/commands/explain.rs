@@ -14,8 +14,8 @@ use crate::rules::{self, Options};
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_source: &rules::RuleSource) -> Result<Analysis> {
     let engine = rules::engine(rule_source)?;
-    let inputs = log::expand(paths)?;
-    engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })
+    let x = log::expand(paths)?;
+    Ok(with_notes(engine.analyze(&x.inputs, &Options { evidence: 5, ..Default::default() })?, x.notes))
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
@@ -26,14 +26,14 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         );
     }
     let engine = rules::engine(&args.rule_opts.source())?;
-    let inputs = log::expand(&args.paths)?;
+    let x = log::expand(&args.paths)?;
     let opts = Options {
         max_bytes: args.max_bytes,
         evidence: args.evidence.unwrap_or(5),
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = engine.analyze(&inputs, &opts)?;
+    let analysis = with_notes(engine.analyze(&x.inputs, &opts)?, x.notes);
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
@@ -44,6 +44,13 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(analysis.verdict.exit_code())
+}
+
+/// `a` with the notes of `expand` (what it skipped) before the engine's own.
+fn with_notes(mut a: Analysis, mut notes: Vec<String>) -> Analysis {
+    notes.append(&mut a.notes);
+    a.notes = notes;
+    a
 }
 
 /// In-memory entry point for the fuzzer and the property tests: explain `files` (name, raw bytes:

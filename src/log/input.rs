@@ -1,23 +1,30 @@
-//! Where lines come from: files, folders of per-rank logs, stdin, gzip and zstd (by magic bytes).
+//! Where lines come from: files, folders of per-rank logs, stdin, gzip and zstd (by magic bytes),
+//! tar and zip archives (the files inside, see `archive`).
 //! Everything is streamed; a line longer than `MAX_LINE` is cut and the cut is reported.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+
+use super::archive::{Limits, Member, Spool, LIMITS};
 
 /// Longest line kept; the rest of a longer line is skipped (and noted).
 pub const MAX_LINE: usize = 1 << 20;
 
 /// One input to read: a file, stdin, or text held in memory (fixtures, tests), or raw bytes held
-/// in memory (fuzzing, property tests: anything a file could hold, compressed or not).
+/// in memory (fuzzing, property tests: anything a file could hold, compressed or not), or a file
+/// inside an archive.
 #[derive(Debug, Clone)]
 pub enum Input {
     File(PathBuf),
     Stdin,
     Memory { name: String, text: String },
     Bytes { name: String, bytes: std::sync::Arc<[u8]> },
+    Member(Arc<Member>),
 }
 
 impl Input {
@@ -26,59 +33,343 @@ impl Input {
             Input::File(p) => printable(&p.display().to_string()),
             Input::Stdin => "<stdin>".into(),
             Input::Memory { name, .. } | Input::Bytes { name, .. } => name.clone(),
+            Input::Member(m) => m.name.clone(),
         }
     }
 }
 
 /// `s` with its control characters (a file name may hold ESC, BEL, newlines) written as `\u{1b}`,
 /// so that a name can neither drive the terminal nor break a line of a report.
-fn printable(s: &str) -> String {
+pub(super) fn printable(s: &str) -> String {
     if !s.chars().any(char::is_control) {
         return s.to_string();
     }
     s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
-/// Expand the paths a user gave: `-` is stdin, a folder is every regular file below it (sorted,
-/// links to folders not followed, so a link loop cannot trap us), none at all is stdin.
-pub fn expand(paths: &[PathBuf]) -> Result<Vec<Input>> {
-    if paths.is_empty() {
-        return Ok(vec![Input::Stdin]);
+/// What `expand` found: the inputs to read, and notes on what it skipped or could not read (for
+/// `Analysis::notes`).
+#[derive(Debug, Default)]
+pub struct Expanded {
+    pub inputs: Vec<Input>,
+    pub notes: Vec<String>,
+}
+
+/// Bytes of an input's (unpacked) start that `sniff` looks at.
+pub const HEAD: usize = 8192;
+
+/// What an input is, from its name and first bytes (after gzip or zstd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    Text,
+    Empty,
+    /// Mostly NUL or non-text bytes in no known format: a zero-filled log after a crash, or junk.
+    /// Read anyway (NUL bytes are dropped), with a note.
+    NotText,
+    Tar,
+    Zip,
+    /// A Python pickle (PyTorch Flight Recorder dumps are pickles). Not a log.
+    Pickle,
+    /// A known binary format, by its magic number: not read.
+    Binary(&'static str),
+    /// A document epdoctor wrote (a report, repro's cells.json): not read again.
+    Own(&'static str),
+}
+
+/// Magic numbers of binary files found next to logs.
+const MAGIC: &[(&[u8], &str)] = &[
+    (b"\x7fELF", "ELF binary or core dump"),
+    (b"\x89PNG\r\n\x1a\n", "PNG image"),
+    (b"\xff\xd8\xff", "JPEG image"),
+    (b"GIF8", "GIF image"),
+    (b"%PDF-", "PDF document"),
+    (b"\x93NUMPY", "NumPy array"),
+    (b"\x89HDF\r\n\x1a\n", "HDF5 file"),
+    (b"SQLite format 3\0", "SQLite database"),
+    (b"7z\xbc\xaf\x27\x1c", "7-Zip archive"),
+    (b"\xfd7zXZ\0", "xz data"),
+    (b"BZh91AY&SY", "bzip2 data"),
+    (b"PK\x03\x04", "zip data (a PyTorch checkpoint, a wheel?)"),
+    (b"\x50\xed\x55\xba", "CUDA fat binary"),
+];
+
+/// What `head` (an input's first unpacked bytes) and its `name` say it is. One place to teach a
+/// new format: a reader of Flight Recorder dumps would take `Content::Pickle` from here.
+pub fn sniff(name: &str, head: &[u8]) -> Content {
+    if head.is_empty() {
+        return Content::Empty;
     }
-    let mut out = Vec::new();
+    if head.len() >= 262 && &head[257..262] == b"ustar" {
+        return Content::Tar;
+    }
+    if (head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06"))
+        && name.to_ascii_lowercase().ends_with(".zip")
+    {
+        return Content::Zip;
+    }
+    if let [0x80, 2..=5, ..] = head {
+        return Content::Pickle;
+    }
+    if let Some((_, kind)) = MAGIC.iter().find(|(m, _)| head.starts_with(m)) {
+        return Content::Binary(kind);
+    }
+    if let Some(kind) = own_output(head) {
+        return Content::Own(kind);
+    }
+    // Bytes no log holds: NUL and other controls (tab, newline, CR, ESC, form feed are fine), and
+    // invalid UTF-8.
+    let odd_controls =
+        head.iter().filter(|&&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x1b | 0x0c) || b == 0x7f).count();
+    let invalid: usize = head.utf8_chunks().map(|c| c.invalid().len()).sum();
+    // The head may end inside a character: at most 3 bytes of that are not a sign of binary.
+    if (odd_controls + invalid.saturating_sub(3)) * 10 > head.len() {
+        return Content::NotText;
+    }
+    Content::Text
+}
+
+/// Which of epdoctor's own documents `head` starts, if any (its first line or JSON keys).
+fn own_output(head: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(&head[..head.len().min(512)]);
+    let first = text.lines().next().unwrap_or("");
+    if first == crate::output::repro::HEADING {
+        Some("epdoctor repro's report.md")
+    } else if first == crate::output::report::HEADING {
+        Some("an epdoctor report")
+    } else if first.starts_with(crate::output::explain_md::HEADING) {
+        Some("epdoctor explain's Markdown")
+    } else if first
+        .strip_prefix("verdict: ")
+        .is_some_and(|v| ["clean ", "benign ", "actionable ", "unknown "].iter().any(|w| v.starts_with(w)))
+    {
+        Some("epdoctor explain's text")
+    } else if OWN_JSON.is_match(&text) {
+        // serde writes the model's and the repro run's first two fields in this order.
+        Some(if text.contains("\"verdict\"") { "epdoctor explain's JSON" } else { "epdoctor repro's cells.json" })
+    } else {
+        None
+    }
+}
+
+static OWN_JSON: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r#"^\s*\{\s*"schema_version":\s*\d+,\s*"tool_version":\s*""#).unwrap()
+});
+
+/// Expand the paths a user gave: `-` is stdin, a folder is every regular file below it (sorted,
+/// links to folders not followed, so a link loop cannot trap us; hidden files and folders, and
+/// documents epdoctor wrote, skipped), an archive is the files inside it, none at all is stdin.
+/// Binary files are skipped and empty ones noted.
+pub fn expand(paths: &[PathBuf]) -> Result<Expanded> {
+    expand_with(paths, &LIMITS)
+}
+
+pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded> {
+    if paths.is_empty() {
+        return Ok(Expanded { inputs: vec![Input::Stdin], notes: Vec::new() });
+    }
+    let mut x = Expander::new(limits);
     for p in paths {
         if p.as_os_str() == "-" {
-            out.push(Input::Stdin);
+            x.out.push(Input::Stdin);
             continue;
         }
         let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
         if meta.is_dir() {
-            let before = out.len();
-            walk(p, &mut out).with_context(|| format!("cannot read folder {}", p.display()))?;
-            if out.len() == before {
+            let before = (x.out.len(), x.skipped.values().map(Vec::len).sum::<usize>());
+            x.walk(p).with_context(|| format!("cannot read folder {}", p.display()))?;
+            if (x.out.len(), x.skipped.values().map(Vec::len).sum::<usize>()) == before {
                 anyhow::bail!("folder {} holds no log files", p.display());
             }
         } else {
-            File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            out.push(Input::File(p.clone()));
+            // (Not a pipe: opening one and closing it again would lose its writer.)
+            if meta.is_file() {
+                File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            }
+            x.add(Src::File(p.clone()), 0, false);
         }
     }
-    Ok(out)
+    let Expanded { inputs, notes } = x.finish();
+    if inputs.is_empty() {
+        anyhow::bail!("nothing to read: {}", notes.join("; "));
+    }
+    Ok(Expanded { inputs, notes })
 }
 
-fn walk(dir: &Path, out: &mut Vec<Input>) -> io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<Vec<_>>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let ft = e.file_type()?;
-        let path = e.path();
-        if ft.is_dir() {
-            walk(&path, out)?;
-        } else if ft.is_file() || (ft.is_symlink() && path.metadata().is_ok_and(|m| m.is_file())) {
-            out.push(Input::File(path));
+/// Where a file's bytes come from while `expand` looks at it.
+pub(super) enum Src {
+    File(PathBuf),
+    Member(Arc<Member>),
+}
+
+impl Src {
+    fn name(&self) -> String {
+        match self {
+            Src::File(p) => printable(&p.display().to_string()),
+            Src::Member(m) => m.name.clone(),
         }
     }
-    Ok(())
+
+    /// Its bytes, as stored (gzip, zstd still packed).
+    pub(super) fn raw(&self) -> io::Result<Box<dyn Read + Send>> {
+        Ok(match self {
+            Src::File(p) => Box::new(File::open(p)?),
+            Src::Member(m) => m.reader(),
+        })
+    }
+
+    fn into_input(self) -> Input {
+        match self {
+            Src::File(p) => Input::File(p),
+            Src::Member(m) => Input::Member(m),
+        }
+    }
+}
+
+/// Why something was not read, as the notes group it.
+pub(super) const HIDDEN: &str = "skipped hidden files and folders";
+const OWN: &str = "skipped what epdoctor wrote itself";
+const BINARY: &str = "not read, not a log";
+const EMPTY: &str = "empty (no lines: did that process write anything?)";
+const NOT_TEXT: &str = "read, though it does not look like text (mostly NUL or binary bytes; NUL bytes dropped)";
+const NESTED: &str = "not opened, an archive inside an archive inside an archive";
+pub(super) const BUDGET: &str = "not read, past the limit on unpacked archive bytes";
+
+/// The state of one `expand`: inputs so far, what was skipped, the spool of unpacked members.
+pub(super) struct Expander<'l> {
+    pub(super) limits: &'l Limits,
+    pub(super) out: Vec<Input>,
+    /// Why -> what, for the notes.
+    pub(super) skipped: BTreeMap<&'static str, Vec<String>>,
+    pub(super) notes: Vec<String>,
+    pub(super) spool: Option<Spool>,
+    /// Unpacked archive bytes promised so far (spooled or read later from a zip).
+    pub(super) unpacked: u64,
+}
+
+impl<'l> Expander<'l> {
+    fn new(limits: &'l Limits) -> Self {
+        Expander { limits, out: Vec::new(), skipped: BTreeMap::new(), notes: Vec::new(), spool: None, unpacked: 0 }
+    }
+
+    pub(super) fn skip(&mut self, why: &'static str, what: String) {
+        self.skipped.entry(why).or_default().push(what);
+    }
+
+    fn walk(&mut self, dir: &Path) -> io::Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let ft = e.file_type()?;
+            let path = e.path();
+            if is_hidden(&e.file_name().to_string_lossy()) {
+                self.skip(HIDDEN, printable(&path.display().to_string()));
+            } else if ft.is_dir() {
+                self.walk(&path)?;
+            } else if ft.is_file() || (ft.is_symlink() && path.metadata().is_ok_and(|m| m.is_file())) {
+                self.add(Src::File(path), 0, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Look at one file (`depth`: how many archives it is inside; `found`: met in a folder or an
+    /// archive, not named by the user) and keep it, open it as an archive, or skip it.
+    pub(super) fn add(&mut self, src: Src, depth: usize, found: bool) {
+        let name = src.name();
+        // A pipe (`<(cmd)`, /dev/stdin) or a device: looking at its start would consume it.
+        if let Src::File(p) = &src {
+            if !std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+                return self.out.push(src.into_input());
+            }
+        }
+        let head = match head_of(&src) {
+            Ok(h) => h,
+            // Unreadable or corrupt from the start: the engine reads it and says what is wrong.
+            Err(_) => return self.out.push(src.into_input()),
+        };
+        let content = sniff(&name, &head);
+        self.take(src, name, content, depth, found);
+    }
+
+    /// Act on what `sniff` said of `src`.
+    pub(super) fn take(&mut self, src: Src, name: String, content: Content, depth: usize, found: bool) {
+        if let Some((why, what)) = skip_reason(&name, content, depth, found) {
+            return self.skip(why, what);
+        }
+        match content {
+            Content::Tar => self.tar(&src, &name, depth),
+            Content::Zip => self.zip(src, &name, depth),
+            _ => {
+                match content {
+                    Content::Empty => self.skip(EMPTY, name),
+                    Content::NotText => self.skip(NOT_TEXT, name),
+                    _ => {}
+                }
+                self.out.push(src.into_input());
+            }
+        }
+    }
+
+    fn finish(self) -> Expanded {
+        let mut notes = Vec::new();
+        for (why, what) in &self.skipped {
+            const SHOWN: usize = 10;
+            let mut list = what.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+            if what.len() > SHOWN {
+                list += &format!(" and {} more", what.len() - SHOWN);
+            }
+            notes.push(format!("{why}: {list}"));
+        }
+        notes.extend(self.notes);
+        Expanded { inputs: self.out, notes }
+    }
+}
+
+/// Why `content` (of `name`, inside `depth` archives, `found` in a folder or an archive rather than
+/// named by the user) is not read, if it is not: the note's group and the entry in it.
+pub(super) fn skip_reason(name: &str, content: Content, depth: usize, found: bool) -> Option<(&'static str, String)> {
+    Some(match content {
+        Content::Tar | Content::Zip if depth > 1 => (NESTED, name.to_string()),
+        Content::Pickle => (BINARY, format!("{name} (a Python pickle: a PyTorch Flight Recorder dump?)")),
+        Content::Binary(kind) => (BINARY, format!("{name} ({kind})")),
+        // Named by the user: read as they asked.
+        Content::Own(kind) if found => (OWN, format!("{name} ({kind})")),
+        _ => return None,
+    })
+}
+
+/// `.git`, `.venv`, `.DS_Store`, macOS's `__MACOSX` in zips; not `.` and `..` themselves.
+pub(super) fn is_hidden(part: &str) -> bool {
+    (part.starts_with('.') && part != "." && part != "..") || part == "__MACOSX"
+}
+
+/// The first `HEAD` unpacked bytes of `src`.
+fn head_of(src: &Src) -> io::Result<Vec<u8>> {
+    let mut r = decoded(src.raw()?)?;
+    let mut head = Vec::with_capacity(HEAD);
+    (&mut r).take(HEAD as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// `raw` unpacked, gzip or zstd chosen by magic bytes; anything else as it is.
+pub(super) fn decoded(raw: Box<dyn Read + Send>) -> io::Result<Box<dyn BufRead + Send>> {
+    let mut br = BufReader::with_capacity(256 * 1024, raw);
+    let head = loop {
+        match br.fill_buf() {
+            Ok(h) => break h,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(if head.starts_with(&[0x1f, 0x8b]) {
+        Box::new(BufReader::with_capacity(256 * 1024, flate2::bufread::MultiGzDecoder::new(br)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let dec = zstd::stream::read::Decoder::with_buffer(br)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start zstd decoding: {e}")))?;
+        Box::new(BufReader::with_capacity(256 * 1024, dec))
+    } else {
+        Box::new(br)
+    })
 }
 
 /// A byte-line reader over any input, with decompression chosen by magic bytes.
@@ -99,18 +390,9 @@ pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
         Input::Stdin => Box::new(io::stdin()),
         Input::Memory { text, .. } => Box::new(io::Cursor::new(text.clone().into_bytes())),
         Input::Bytes { bytes, .. } => Box::new(io::Cursor::new(bytes.clone())),
+        Input::Member(m) => m.reader(),
     };
-    let mut br = BufReader::with_capacity(256 * 1024, raw);
-    let head = br.fill_buf().with_context(|| format!("cannot read {}", input.name()))?;
-    let inner: Box<dyn BufRead + Send> = if head.starts_with(&[0x1f, 0x8b]) {
-        Box::new(BufReader::with_capacity(256 * 1024, flate2::bufread::MultiGzDecoder::new(br)))
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        let dec = zstd::stream::read::Decoder::with_buffer(br)
-            .with_context(|| format!("cannot start zstd decoding of {}", input.name()))?;
-        Box::new(BufReader::with_capacity(256 * 1024, dec))
-    } else {
-        Box::new(br)
-    };
+    let inner = decoded(raw).with_context(|| format!("cannot read {}", input.name()))?;
     Ok(LineReader {
         inner,
         buf: Vec::with_capacity(4096),
@@ -357,5 +639,92 @@ mod tests {
         assert_eq!(v[0].len(), MAX_LINE);
         assert_eq!(v[1], "next");
         assert_eq!(cut, 1);
+    }
+
+    #[test]
+    fn sniff_tells_logs_from_binaries() {
+        assert_eq!(sniff("x", b""), Content::Empty);
+        assert_eq!(sniff("x", b"\x1b[31mNCCL WARN\x1b[0m \xe2\x9c\x93 ok\r\n\tnext\n"), Content::Text);
+        assert_eq!(sniff("libnccl.so.2", b"\x7fELF\x02\x01\x01\0\0\0"), Content::Binary("ELF binary or core dump"));
+        assert_eq!(sniff("a.png", b"\x89PNG\r\n\x1a\n\0\0"), Content::Binary("PNG image"));
+        assert_eq!(sniff("fr_trace_0", b"\x80\x04\x95\x10\0\0\0"), Content::Pickle);
+        assert_eq!(
+            sniff("model.pt", b"PK\x03\x04\x14\0"),
+            Content::Binary("zip data (a PyTorch checkpoint, a wheel?)")
+        );
+        assert_eq!(sniff("logs.ZIP", b"PK\x03\x04\x14\0"), Content::Zip);
+        let mut tar = vec![0u8; 512];
+        tar[257..263].copy_from_slice(b"ustar\0");
+        assert_eq!(sniff("x", &tar), Content::Tar);
+        assert_eq!(sniff("x", &[0u8; 4096]), Content::NotText);
+        assert_eq!(sniff("x", &(0..=255u8).cycle().take(4096).collect::<Vec<_>>()), Content::NotText);
+        // A head cut inside a UTF-8 character is still text.
+        assert_eq!(sniff("x", "ok \u{2713}".as_bytes().split_last().unwrap().1), Content::Text);
+    }
+
+    #[test]
+    fn sniff_knows_what_epdoctor_writes() {
+        use crate::output::{self as report, RenderOpts};
+        let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
+        let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
+        let a = engine.analyze(&inputs, &Default::default()).unwrap();
+        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
+        for (format, kind) in [
+            (crate::cli::Format::Text, "epdoctor explain's text"),
+            (crate::cli::Format::Md, "epdoctor explain's Markdown"),
+            (crate::cli::Format::Json, "epdoctor explain's JSON"),
+        ] {
+            let out = report::render(&a, format, &ro);
+            assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
+        }
+        let repro = format!("{}\n\n- cells: 4\n", crate::output::repro::HEADING);
+        assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
+        let bundle = format!("{}\n\n- logs: verdict\n", crate::output::report::HEADING);
+        assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
+        // cells.json as serde writes `repro::result::Run`: its first two fields.
+        let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
+        assert_eq!(sniff("cells.json", cells.as_bytes()), Content::Own("epdoctor repro's cells.json"));
+        // Other JSON and Markdown are not ours.
+        assert_eq!(sniff("x.json", b"{\"schema_version\": 1, \"name\": 2}"), Content::Text);
+        assert_eq!(sniff("x.md", b"# epdoctor notes\n"), Content::Text);
+    }
+
+    #[test]
+    fn folders_skip_hidden_and_own_files_and_say_so() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        for dir in [".git/objects", ".venv/lib", "run/cells/c0"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join(".git/objects/ab"), "NCCL WARN in git\n").unwrap();
+        std::fs::write(root.join(".venv/lib/x.py"), "NCCL WARN in venv\n").unwrap();
+        std::fs::write(root.join(".nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
+        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", crate::output::repro::HEADING))
+            .unwrap();
+        std::fs::write(root.join("run/cells/c0/rank0.log"), "vm:1:2 [0] NCCL INFO hi\n").unwrap();
+        std::fs::write(root.join("rank1.log"), "").unwrap();
+        let x = expand(&[root.to_path_buf()]).unwrap();
+        let names: Vec<String> = x.inputs.iter().map(Input::name).collect();
+        let p = |s: &str| root.join(s).display().to_string();
+        assert_eq!(names, [p("rank1.log"), p("run/cells/c0/rank0.log")]);
+        let notes = x.notes.join("\n");
+        assert!(
+            notes.contains(&format!("hidden files and folders: {}, {}, {}", p(".git"), p(".nccl.conf"), p(".venv"))),
+            "{notes}"
+        );
+        assert!(
+            notes.contains(&format!("epdoctor wrote itself: {} (epdoctor repro's report.md)", p("run/report.md"))),
+            "{notes}"
+        );
+        assert!(
+            notes.contains(&format!("empty (no lines: did that process write anything?): {}", p("rank1.log"))),
+            "{notes}"
+        );
+        // Named directly, a hidden file or a report is read; a binary is not, and alone it is an error.
+        let x = expand(&[root.join(".nccl.conf"), root.join("run/report.md")]).unwrap();
+        assert_eq!(x.inputs.len(), 2);
+        std::fs::write(root.join("core"), b"\x7fELF\x02\x01\x01\0").unwrap();
+        let e = expand(&[root.join("core")]).unwrap_err().to_string();
+        assert!(e.contains("nothing to read") && e.contains(&p("core")) && e.contains("ELF"), "{e}");
     }
 }

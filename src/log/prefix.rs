@@ -122,6 +122,20 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             && !pid.is_empty()
             && digits(pid) == pid.len()
             && rest.bytes().all(|c| c.is_ascii_digit() || c == b':')
+            && after.starts_with(':')
+            && !rest.contains(':')
+            && pid.len() <= 5
+        {
+            // `[gpu187:1]:` (accelerate and DeepSpeed's per-host prefix): the host and the rank.
+            p.host = Some(host);
+            p.rank = pid.parse().ok();
+            return Some(&after[1..]);
+        }
+        if !host.is_empty()
+            && host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+            && !pid.is_empty()
+            && digits(pid) == pid.len()
+            && rest.bytes().all(|c| c.is_ascii_digit() || c == b':')
             && after.starts_with(' ')
         {
             p.host = Some(host);
@@ -316,6 +330,20 @@ mod tests {
         // Not labels.
         assert_eq!(rest("12:34:56 something"), "12:34:56 something");
         assert_eq!(strip_prefixes("123456: x").rank, None);
+    }
+
+    #[test]
+    fn host_rank_and_host_pid_brackets() {
+        let p = strip_prefixes("[gpu187:1]:torch.cuda.OutOfMemoryError: CUDA out of memory.");
+        assert_eq!(
+            (p.host, p.rank, p.rest),
+            (Some("gpu187"), Some(1), "torch.cuda.OutOfMemoryError: CUDA out of memory.")
+        );
+        let p = strip_prefixes("[k8s-slave03:00956] *** Process received signal ***");
+        assert_eq!(
+            (p.host, p.pid, p.rank, p.rest),
+            (Some("k8s-slave03"), Some(956), None, "*** Process received signal ***")
+        );
     }
 
     #[test]

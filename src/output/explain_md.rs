@@ -10,6 +10,9 @@ use super::redact::Redactor;
 use super::RenderOpts;
 use crate::model::{Analysis, Finding, Verdict};
 
+/// How the document starts (`explain` knows it by this and does not read it as a log).
+pub(crate) const HEADING: &str = "### epdoctor explain: ";
+
 pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
     let mut md = Md::new(opts.redact.then_some(red));
     write(a, opts, &mut md)
@@ -30,7 +33,7 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
         Verdict::Actionable => "actionable: a real problem",
         Verdict::Unknown => "unknown: warnings no rule explains",
     };
-    let _ = writeln!(s, "### epdoctor explain: **{verdict}**\n");
+    let _ = writeln!(s, "{HEADING}**{verdict}**\n");
     let mut facts = vec![format!("epdoctor {}", a.tool_version)];
     facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
     facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));

@@ -11,6 +11,9 @@ use crate::env::EnvReport;
 use crate::model::Analysis;
 use crate::repro::result::Run;
 
+/// The report's first line (`explain` knows the document by it and does not read it as a log).
+pub(crate) const HEADING: &str = "# epdoctor report";
+
 /// The models one report is made of.
 pub(crate) struct Doc<'a> {
     pub env: &'a EnvReport,
@@ -24,7 +27,7 @@ pub(crate) struct Doc<'a> {
 pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
     let mut md = Md::new(red);
     let env = doc.env;
-    let mut s = heading(1, "epdoctor report");
+    let mut s = heading(1, &HEADING[2..]);
     s.push('\n');
     let mut facts = Vec::new();
     if let Some(a) = doc.analysis {

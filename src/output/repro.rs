@@ -141,6 +141,10 @@ fn header_lines(run: &Run) -> Vec<String> {
             v.push(format!("{}: {}", a.name, a.values[0].label));
         }
     }
+    for f in &run.lint {
+        let e = &f.evidence[0];
+        v.push(format!("lint predicts: {}:{}: {} [{}] {}", e.source, e.line, f.severity.as_str(), f.rule, f.title));
+    }
     v
 }
 
@@ -215,6 +219,9 @@ pub fn text(run: &Run, dir: &Path) -> String {
     let _ = writeln!(s, "\nRun folder: {} (report.md, cells.json, cells/*/ with every log)", dir.display());
     s
 }
+
+/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
+pub(crate) const HEADING: &str = "# epdoctor repro";
 
 /// report.md, or the repro section of `report` (`level`: the heading level of its title).
 pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> String {

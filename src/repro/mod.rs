@@ -32,7 +32,10 @@ pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
-    engine.analyze(&crate::log::expand(paths)?, &crate::rules::Options { evidence: 5, ..Default::default() })
+    let x = crate::log::expand(paths)?;
+    let mut a = engine.analyze(&x.inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
+    a.notes.extend(x.notes);
+    Ok(a)
 }
 
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
@@ -300,6 +303,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
         Workload::Builtin { ranks } => ("builtin", Vec::new(), Some(*ranks)),
         Workload::Command(c) => ("command", c.clone(), args.ranks),
     };
+    let lint = crate::lint::for_command(&command);
     Run {
         schema_version: result::SCHEMA_VERSION,
         tool_version: crate::VERSION_LINE.to_string(),
@@ -318,6 +322,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
         cells: Vec::new(),
         effects: Vec::new(),
         where_fired: Vec::new(),
+        lint,
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Run {
     pub effects: Vec<super::compare::Effect>,
     #[serde(default)]
     pub where_fired: Vec<super::compare::Site>,
+    /// What `lint` finds in the command's Python scripts, before any cell runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lint: Vec<crate::model::Finding>,
 }
 
 impl Run {

@@ -384,7 +384,16 @@ impl Engine {
             p.role == Role::Payload
                 && self.matches(&payload_text(&p.msg)).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
         });
-        for part in parts.iter().filter(|p| p.role != Role::Context) {
+        // `terminate called after throwing ...` says only that something was thrown; when a rule
+        // reads its `what():` line, that reading is the record's.
+        let what_explained = parts.iter().any(|p| {
+            p.msg.starts_with("what():")
+                && self.matches(&p.msg).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
+        });
+        for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.role != Role::Context) {
+            if i == 0 && what_explained && part.msg.starts_with("terminate called") {
+                continue;
+            }
             let payload = part.role == Role::Payload;
             let warn_text = payload.then(|| payload_text(&part.msg));
             let l = LineRef {
@@ -760,6 +769,7 @@ impl Engine {
                 fix: d.fix.trim().to_string(),
                 refs: d.refs.clone(),
                 context: None,
+                torch: None,
             };
             if ignored_only && !d.benign {
                 finding.benign = true;
@@ -1014,6 +1024,7 @@ fn size_hint(input: &Input) -> u64 {
         Input::Stdin => 0,
         Input::Memory { text, .. } => text.len() as u64,
         Input::Bytes { bytes, .. } => bytes.len() as u64,
+        Input::Member(m) => m.size(),
     }
 }
 
@@ -1121,6 +1132,8 @@ struct Ranks {
     map: HashMap<(String, u32), (u32, u32)>,
     pid_only: HashMap<u32, u32>,
     source_ranks: Vec<BTreeSet<u32>>,
+    /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).
+    names: Vec<Option<log::NameHint>>,
 }
 
 impl Ranks {
@@ -1134,13 +1147,19 @@ impl Ranks {
             }
         }
         let pid_only = m.into_iter().filter_map(|(p, r)| r.map(|r| (p, r))).collect();
-        Ranks { map, pid_only, source_ranks: st.source_ranks.clone() }
+        let names: Vec<&str> = st.names.iter().map(String::as_str).collect();
+        Ranks { map, pid_only, source_ranks: st.source_ranks.clone(), names: log::ranks_from_names(&names) }
     }
 
     fn of(&self, h: &Hit) -> Option<u32> {
         h.rank
             .or_else(|| h.pid.and_then(|p| self.map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
             .or_else(|| h.pid.and_then(|p| self.pid_only.get(&p).copied()))
+            .or_else(|| match self.names.get(h.source)?.as_ref()? {
+                _ if h.launcher => None,
+                log::NameHint::Rank { rank, .. } => Some(*rank),
+                log::NameHint::HostPid { host, pid } => self.map.get(&(host.clone(), *pid)).map(|x| x.0),
+            })
             .or_else(|| {
                 let rs = self.source_ranks.get(h.source)?;
                 (!h.launcher && rs.len() == 1).then(|| *rs.iter().next().unwrap())
@@ -1453,6 +1472,7 @@ impl State {
             rank,
             text: h.text.clone(),
             detail: h.detail.clone(),
+            column: None,
         }
     }
 
@@ -1682,7 +1702,7 @@ mod tests {
     fn equivalence_on_given_logs() {
         let paths: Vec<std::path::PathBuf> =
             std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
-        let inputs = log::expand(&paths).unwrap();
+        let inputs = log::expand(&paths).unwrap().inputs;
         same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
     }
 }

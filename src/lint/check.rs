@@ -1,0 +1,234 @@
+//! The check files, `rules/lint/*.toml`: what a domain expert edits. A check names the sites it looks
+//! at (calls by name, or a tree-sitter query) and declarative conditions that must all hold for a
+//! finding; docs/lint.md describes every field.
+
+use std::collections::HashSet;
+
+use anyhow::{anyhow, bail, Result};
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::model::Severity;
+use crate::rules::version::Range;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckFile {
+    check: Vec<CheckDef>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckDef {
+    pub id: String,
+    pub title: String,
+    pub severity: Severity,
+    /// torch versions the check applies to (absent: all).
+    pub torch: Option<String>,
+    pub site: SiteDef,
+    /// What is said at the site (`{call}`: the call as written).
+    pub message: String,
+    #[serde(default)]
+    pub when: When,
+    pub root_cause: String,
+    pub fix: String,
+    #[serde(default)]
+    pub refs: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteDef {
+    /// Call patterns (see `Pattern`).
+    #[serde(default)]
+    pub calls: Vec<String>,
+    /// A tree-sitter query over the Python grammar; the capture `@site` is the site.
+    pub query: Option<String>,
+}
+
+/// Conditions, all of which must hold for a finding. Names are call patterns; "through the linted
+/// files" means a call of a function defined in them whose body makes such a call counts as one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct When {
+    /// The file imports a module matching this name (`deep_ep`).
+    pub imports: Option<String>,
+    /// The site call has these keywords with exactly this source text (`join = "False"`).
+    #[serde(default)]
+    pub keyword: std::collections::BTreeMap<String, String>,
+    /// The site call lacks this keyword (never holds when the call passes `**kwargs`).
+    pub missing_keyword: Option<String>,
+    /// The site call's arguments do not match this regex.
+    pub args_not: Option<String>,
+    /// The site is inside an `if`/`elif`/`else` whose condition matches this regex.
+    pub in_branch: Option<String>,
+    /// The site is in an `except` clause.
+    pub in_except: Option<bool>,
+    /// None of these is called on the way from an entry point of the program to the site (scopes
+    /// on the call chain, through the linted files, normal path only). Needs an entry point.
+    #[serde(default)]
+    pub no_call: Vec<String>,
+    /// No call of the site's own names is in a `finally`/`except`, an `atexit` function or an
+    /// `__exit__` (here, in a caller, or elsewhere in the file).
+    pub unprotected: Option<bool>,
+    /// None of these precedes the site in its function (or, if not, before every call of that
+    /// function in the linted files).
+    #[serde(default)]
+    pub no_call_before: Vec<String>,
+    /// One of these precedes the site in its function.
+    #[serde(default)]
+    pub call_before: Vec<String>,
+    /// With `call_before`: one of these lies between that call and the site.
+    #[serde(default)]
+    pub call_between: Vec<String>,
+    /// One of these follows the site in its function (through the linted files).
+    #[serde(default)]
+    pub call_after: Vec<String>,
+    /// None of these is called in the site's function.
+    #[serde(default)]
+    pub no_call_in_function: Vec<String>,
+    /// Another call of the site's names (same arguments) runs before it on the same path.
+    pub twice: Option<bool>,
+    /// Sites (and earlier calls, for `twice`) under an `if` matching this regex, or after an early
+    /// `if ...: return` matching it, are skipped.
+    pub unless_guarded: Option<String>,
+}
+
+/// A call pattern. `name` matches a call whose last name is `name` (`f()` or `x.f()`); `.name` only
+/// method calls (`x.name()`); `a.b.name` calls written with that dotted suffix; a trailing `()` asks
+/// for no positional arguments (`destroy_process_group()` is the default group, not a subgroup).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    pub last: String,
+    /// Dotted prefix that must precede `last` (`torch.cuda` for `torch.cuda.set_device`).
+    pub prefix: Option<String>,
+    pub method_only: bool,
+    pub no_positional: bool,
+    pub text: String,
+}
+
+impl Pattern {
+    pub fn parse(s: &str) -> Result<Pattern> {
+        let text = s.trim().to_string();
+        let mut t = text.as_str();
+        let no_positional = t.ends_with("()");
+        if no_positional {
+            t = &t[..t.len() - 2];
+        }
+        let method_only = t.starts_with('.');
+        let t = t.trim_start_matches('.');
+        let (prefix, last) = match t.rsplit_once('.') {
+            Some((p, l)) => (Some(p.to_string()), l.to_string()),
+            None => (None, t.to_string()),
+        };
+        let ident = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+        if !ident(&last) || prefix.as_deref().is_some_and(|p| !ident(p)) {
+            bail!("`{s}` is not a call pattern (a name, `.name`, `a.b.name`, optionally ending in `()`)");
+        }
+        Ok(Pattern { last, prefix, method_only, no_positional, text })
+    }
+}
+
+#[derive(Debug)]
+pub struct Check {
+    pub def: CheckDef,
+    pub origin: String,
+    pub torch: Option<Range>,
+    pub calls: Vec<Pattern>,
+    pub query: Option<tree_sitter::Query>,
+    pub args_not: Option<Regex>,
+    pub in_branch: Option<Regex>,
+    pub guard: Option<Regex>,
+    pub imports: Option<Regex>,
+    pub no_call: Vec<Pattern>,
+    pub no_call_before: Vec<Pattern>,
+    pub call_before: Vec<Pattern>,
+    pub call_between: Vec<Pattern>,
+    pub call_after: Vec<Pattern>,
+    pub no_call_in_function: Vec<Pattern>,
+}
+
+pub const DIR: &str = "rules/lint/";
+
+fn patterns(v: &[String], ctx: &dyn Fn(String) -> String) -> Result<Vec<Pattern>> {
+    v.iter().map(|s| Pattern::parse(s).map_err(|e| anyhow!("{}", ctx(e.to_string())))).collect()
+}
+
+pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
+    let file: CheckFile = toml::from_str(text).map_err(|e| anyhow!("lint check file {origin}: {e}"))?;
+    let lang: tree_sitter::Language = tree_sitter_python::LANGUAGE.into();
+    let mut out = Vec::new();
+    for def in file.check {
+        let id = def.id.clone();
+        let ctx = |what: String| format!("lint check file {origin}, check `{id}`: {what}");
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            bail!("{}", ctx("the id must be non-empty and use letters, digits and '-' only".into()));
+        }
+        let re = |r: &Option<String>, what: &str| -> Result<Option<Regex>> {
+            r.as_deref()
+                .map(|r| Regex::new(r).map_err(|e| anyhow!("{}", ctx(format!("{what} is not a valid regex: {e}")))))
+                .transpose()
+        };
+        let calls = patterns(&def.site.calls, &ctx)?;
+        let query = match &def.site.query {
+            Some(q) => {
+                let q =
+                    tree_sitter::Query::new(&lang, q).map_err(|e| anyhow!("{}", ctx(format!("site.query: {e}"))))?;
+                if !q.capture_names().contains(&"site") {
+                    bail!("{}", ctx("site.query has no @site capture".into()));
+                }
+                Some(q)
+            }
+            None => None,
+        };
+        if calls.is_empty() == query.is_none() {
+            bail!("{}", ctx("give the site as either `calls` or `query`".into()));
+        }
+        let w = &def.when;
+        if !w.call_between.is_empty() && w.call_before.is_empty() {
+            bail!("{}", ctx("when.call_between needs when.call_before".into()));
+        }
+        if query.is_some() && (w.missing_keyword.is_some() || !w.keyword.is_empty() || w.args_not.is_some()) {
+            bail!("{}", ctx("keyword and argument conditions need a `calls` site".into()));
+        }
+        let torch = def
+            .torch
+            .as_deref()
+            .map(Range::parse)
+            .transpose()
+            .map_err(|e| anyhow!("{}", ctx(format!("torch: {e}"))))?;
+        out.push(Check {
+            origin: origin.to_string(),
+            torch,
+            calls,
+            query,
+            args_not: re(&w.args_not, "when.args_not")?,
+            in_branch: re(&w.in_branch, "when.in_branch")?,
+            guard: re(&w.unless_guarded, "when.unless_guarded")?,
+            imports: w.imports.as_deref().map(|m| Regex::new(&format!(r"\b{}\b", regex::escape(m))).expect("escaped")),
+            no_call: patterns(&w.no_call, &ctx)?,
+            no_call_before: patterns(&w.no_call_before, &ctx)?,
+            call_before: patterns(&w.call_before, &ctx)?,
+            call_between: patterns(&w.call_between, &ctx)?,
+            call_after: patterns(&w.call_after, &ctx)?,
+            no_call_in_function: patterns(&w.no_call_in_function, &ctx)?,
+            def,
+        });
+    }
+    Ok(out)
+}
+
+/// The built-in checks, embedded from rules/lint/*.toml.
+pub fn builtin() -> Result<Vec<Check>> {
+    let mut out: Vec<Check> = Vec::new();
+    let mut seen = HashSet::new();
+    for (path, text) in crate::EMBEDDED.iter().filter(|(p, _)| p.starts_with(DIR) && p.ends_with(".toml")) {
+        for c in parse_file(path, text)? {
+            if !seen.insert(c.def.id.clone()) {
+                bail!("lint check `{}` is defined twice (second in {path})", c.def.id);
+            }
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
