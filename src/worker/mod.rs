@@ -70,24 +70,6 @@ impl Teardown {
         }
     }
 
-    /// One line per mode, for help and docs.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Teardown::Clean => "IPC barrier, close peer IPC handles, free, ncclCommFinalize + ncclCommDestroy",
-            Teardown::Abort => "IPC barrier, close, free, then ncclCommAbort instead of finalize + destroy",
-            Teardown::Leak => "IPC barrier, then exit with the communicator and the IPC mappings open",
-            Teardown::EarlyExit => "the last rank exits before the barrier; the others tear down cleanly",
-            Teardown::KillPeer => "the last rank SIGKILLs itself after the work; the others then tear down cleanly",
-            Teardown::KillInflight => {
-                "the last rank dies while the others are inside an all-reduce; they poll for the error, then abort"
-            }
-            Teardown::FreeBeforeClose => {
-                "the last rank frees its IPC buffer while peers still map it; they read it once more, then tear down"
-            }
-            Teardown::NoBarrier => "close, free, finalize + destroy with no barrier first",
-        }
-    }
-
     pub fn parse(s: &str) -> Result<Teardown> {
         Teardown::ALL.into_iter().find(|m| m.name() == s).with_context(|| {
             let names: Vec<_> = Teardown::ALL.iter().map(|m| m.name()).collect();
@@ -1128,7 +1110,6 @@ mod tests {
     fn modes_round_trip_and_unknown_lists_all() {
         for m in Teardown::ALL {
             assert_eq!(Teardown::parse(m.name()).unwrap(), m);
-            assert!(!m.describe().is_empty());
         }
         let e = Teardown::parse("nuke").unwrap_err().to_string();
         assert!(e.contains("clean") && e.contains("free-before-close") && e.contains("nuke"), "{e}");
