@@ -12,8 +12,8 @@ pub mod lint;
 pub mod log;
 pub mod model;
 pub mod os;
-pub mod output;
-pub mod repro;
+pub(crate) mod output;
+pub(crate) mod repro;
 pub mod rules;
 pub mod worker;
 

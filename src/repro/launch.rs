@@ -92,7 +92,6 @@ pub struct Execution {
     pub interrupted_by: Option<String>,
     /// Harness facts in the order they happened (without the exit lines, added by the caller).
     pub lines: Vec<String>,
-    pub start_unix: f64,
     /// When the harness first sent SIGTERM (deadline or interrupt), unix seconds.
     pub stop_unix: Option<f64>,
     /// Process groups the cell used (one per started process).
@@ -119,7 +118,6 @@ struct Running {
 /// `tick` runs about every 10 ms while waiting (progress bar).
 pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mut dyn FnMut()) -> Execution {
     let start = Instant::now();
-    let start_unix = unix_now();
     let base = stop.count();
     let mut ex = Execution {
         outcomes: specs.iter().map(|s| Outcome { label: s.label.clone(), ..Default::default() }).collect(),
@@ -127,7 +125,6 @@ pub fn execute(specs: &[Spec], limits: &Limits, stop: &dyn Interrupts, tick: &mu
         deadline_hit: false,
         interrupted_by: None,
         lines: Vec::new(),
-        start_unix,
         stop_unix: None,
         pgids: Vec::new(),
     };
