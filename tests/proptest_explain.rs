@@ -107,8 +107,35 @@ fn run(files: &[Vec<u8>], opts: &Options) -> (Analysis, [String; 3]) {
     analyze_bytes(engine(), &named, opts).expect("in-memory input always opens")
 }
 
+/// `files` under the names `names` (the same name travels with its content).
+fn run_named(names: &[String], files: &[Vec<u8>], opts: &Options) -> Analysis {
+    let named: Vec<(&str, &[u8])> = names.iter().map(String::as_str).zip(files.iter().map(Vec::as_slice)).collect();
+    analyze_bytes(engine(), &named, opts).expect("in-memory input always opens").0
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Issue 11: for any permutation of the input files (each keeping its name) the verdict, the
+    /// primary and every finding (rule, ranks, count, evidence) are identical.
+    #[test]
+    fn any_permutation_of_the_files_gives_the_same_result(
+        (files, order) in prop::collection::vec(rank_file(), 1..6)
+            .prop_flat_map(|f| { let n = f.len(); (Just(f), Just((0..n).collect::<Vec<_>>()).prop_shuffle()) }),
+        evidence in 1usize..6,
+    ) {
+        let opts = Options { evidence, ..Options::default() };
+        let names: Vec<String> = (0..files.len()).map(|i| format!("r{i}/rank{i}.log")).collect();
+        let files: Vec<Vec<u8>> = files.into_iter().map(String::into_bytes).collect();
+        let a = run_named(&names, &files, &opts);
+        let pn: Vec<String> = order.iter().map(|&i| names[i].clone()).collect();
+        let pf: Vec<Vec<u8>> = order.iter().map(|&i| files[i].clone()).collect();
+        let b = run_named(&pn, &pf, &opts);
+        prop_assert_eq!(a.verdict, b.verdict, "order {:?}", order);
+        prop_assert_eq!(&a.primary, &b.primary, "primary differs for order {:?}", order);
+        prop_assert_eq!(&a.findings, &b.findings, "findings differ for order {:?}", order);
+        prop_assert_eq!(&a.outcome, &b.outcome, "outcome differs for order {:?}", order);
+    }
 
     #[test]
     fn any_bytes_give_a_result_and_no_panic(

@@ -110,6 +110,12 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             return Some(rest);
         }
     }
+    // A collector's line counter (`[80746] `) in front of another prefix.
+    if !inner.is_empty() && digits(inner) == inner.len() && inner.len() <= 9 {
+        let rest = after.strip_prefix(' ')?;
+        let mut probe = Prefixed::default();
+        return one(rest, &mut probe).is_some().then_some(rest);
+    }
     if matches!(inner, "stdout" | "stderr" | "STDOUT" | "STDERR" | "out" | "err") {
         let rest = after.strip_prefix(':').unwrap_or(after);
         return Some(rest);
@@ -344,6 +350,14 @@ mod tests {
             (p.host, p.pid, p.rank, p.rest),
             (Some("k8s-slave03"), Some(956), None, "*** Process received signal ***")
         );
+    }
+
+    #[test]
+    fn a_line_counter_before_a_prefix() {
+        let p = strip_prefixes("[80746] [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x");
+        assert_eq!((p.rank, p.rest), (Some(0), "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] x"));
+        // zsh's job report keeps its `[1]`: rules read the pid after it.
+        assert_eq!(rest("[1]    12345 killed     python train.py"), "[1]    12345 killed     python train.py");
     }
 
     #[test]

@@ -1670,7 +1670,8 @@ mod tests {
             for pid in (0..20).chain([39_999]).map(|i| f * 100_000 + i).filter(|_| f == 2) {
                 t += &format!("h:{pid}:{pid} [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Success\n");
             }
-            mem(&format!("r{f}.log"), t)
+            // Names without a number: a file name must not give the pairs past the cap a rank.
+            mem(&format!("pairs-{}.log", ["a", "b", "c"][f as usize]), t)
         };
         let inputs = [file(1), file(2)];
         let opts = Options { evidence: 50, ..Default::default() };
