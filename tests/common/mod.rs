@@ -18,6 +18,8 @@ const INHERITED: &[&str] = &[
     "EPDOCTOR_BARRIER_TIMEOUT",
     "EPDOCTOR_WORKER_CMD",
     "EPDOCTOR_SHM_DIR",
+    "EPDOCTOR_TORCH",
+    "EPDOCTOR_LINT_FORMAT",
 ];
 
 pub fn bin() -> PathBuf {
