@@ -395,3 +395,56 @@ fn env_bool(s: &str) -> Result<bool, String> {
         _ => Err("expected 1/0, true/false, yes/no or on/off".into()),
     }
 }
+
+impl RuleOpts {
+    /// The rule engine's plain config (the domain never sees clap's types).
+    pub fn source(&self) -> crate::rules::RuleSource {
+        crate::rules::RuleSource { files: self.rules.clone(), builtin: !self.no_builtin_rules }
+    }
+}
+
+impl WorkloadSize {
+    pub fn size(&self) -> crate::worker::Size {
+        crate::worker::Size {
+            tokens: self.tokens,
+            hidden: self.hidden,
+            experts: self.experts,
+            topk: self.topk,
+            iters: self.iters,
+        }
+    }
+}
+
+impl ReproArgs {
+    /// Everything but the output format, which the command's writer takes.
+    pub fn config(&self) -> crate::repro::Config {
+        crate::repro::Config {
+            ranks: self.ranks,
+            teardown: self.teardown.clone(),
+            env: self.env.clone(),
+            nccl_lib: self.nccl_lib.clone(),
+            repeat: self.repeat,
+            timeout: self.timeout,
+            grace: self.grace,
+            out: self.out.clone(),
+            size: self.size.size(),
+            quiet: self.quiet,
+            rules: self.rule_opts.source(),
+            command: self.command.clone(),
+            launch: self.launch.as_ref().clone(),
+        }
+    }
+}
+
+impl WorkerArgs {
+    pub fn config(&self) -> crate::worker::Config {
+        crate::worker::Config {
+            rank: self.rank,
+            world: self.world,
+            rendezvous: self.rendezvous.clone(),
+            teardown: self.teardown.clone(),
+            nccl_lib: self.nccl_lib.clone(),
+            size: self.size.size(),
+        }
+    }
+}

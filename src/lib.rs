@@ -12,7 +12,8 @@ pub mod flight;
 pub mod lint;
 pub mod log;
 pub mod model;
-pub mod output;
+pub mod os;
+pub(crate) mod output;
 pub mod repro;
 pub mod rules;
 pub mod worker;
@@ -57,14 +58,14 @@ where
 fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Explain(args) => commands::explain::run(&args),
-        Command::Repro(args) => repro::run(&args),
-        Command::Env(args) => env::run(&args),
+        Command::Repro(args) => commands::repro::run(&args),
+        Command::Env(args) => commands::env::run(&args),
         Command::Report(args) => commands::report::run(&args),
-        Command::Clean(args) => env::clean(&args),
+        Command::Clean(args) => commands::env::clean(&args),
         Command::Rules(cmd) => commands::rules::run(cmd),
         Command::Lint(args) => commands::lint::run(&args),
-        Command::Kernels(args) => worker::kernels_command(&args),
-        Command::Worker(args) => worker::run(&args),
+        Command::Kernels(args) => commands::worker::kernels(&args),
+        Command::Worker(args) => commands::worker::worker(&args),
         Command::Completions { shell } => commands::man::completions(shell),
         Command::Man { dir } => commands::man::run(dir.as_deref()),
     }

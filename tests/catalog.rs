@@ -183,8 +183,8 @@ fn renderings(lib: &str, fmt: &str) -> Vec<String> {
     } else {
         // Too many combinations: each conversion through its values, the others at their first;
         // and all at their i-th.
-        for k in 0..conv.len() {
-            for i in 0..conv[k].2.len() {
+        for (k, c) in conv.iter().enumerate() {
+            for i in 0..c.2.len() {
                 out.push(fill(&|j, _| if j == k { i } else { 0 }));
             }
         }
@@ -229,8 +229,11 @@ struct Linker {
     set: RegexSet,
     owner: Vec<usize>,
     /// (lib, level, file, format) -> rules: rows that differ only in line and releases render alike.
-    cache: Mutex<HashMap<(String, String, String, String), BTreeSet<usize>>>,
+    cache: Mutex<HashMap<RowKey, BTreeSet<usize>>>,
 }
+
+/// (lib, level, file, format) of a catalogue row.
+type RowKey = (String, String, String, String);
 
 fn linker() -> &'static Linker {
     static L: OnceLock<Linker> = OnceLock::new();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+mod common;
 use epdoctor::env::{libs, procs, vars};
 
 fn fixture(name: &str) -> PathBuf {
@@ -18,8 +18,8 @@ fn fixture_text(name: &str) -> String {
 
 /// A clean environment: no inherited NCCL_* or EPDOCTOR_* variables, a temp HOME, and a PATH whose
 /// first folder may hold a fake python3.
-fn epdoctor(home: &Path, bin: &Path) -> Command {
-    let mut c = Command::cargo_bin("epdoctor").unwrap();
+fn epdoctor(home: &Path, bin: &Path) -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::new(common::bin());
     c.env_clear()
         .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", bin.display()))
         .env("HOME", home)
@@ -102,7 +102,7 @@ fn nvshmem_facts_from_real_bytes() {
 fn proc_net_unix_fixture() {
     let socks = procs::parse_net_unix(&fixture_text("net_unix.txt"));
     assert_eq!(socks.len(), 6);
-    let nccl: Vec<_> = socks.iter().filter(|s| s.path.as_deref().is_some_and(procs::is_nccl_socket)).collect();
+    let nccl: Vec<_> = socks.iter().filter(|s| s.path.as_deref().is_some_and(epdoctor::os::is_nccl_socket)).collect();
     assert_eq!(nccl.len(), 2);
     assert_eq!(nccl[0].inode, 88121);
     assert!(socks.iter().any(|s| s.path.as_deref() == Some("/var/run/my app/with space.sock")));

@@ -3,14 +3,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn epdoctor() -> Command {
-    let mut c = Command::cargo_bin("epdoctor").unwrap();
-    c.env_remove("EPDOCTOR_FORMAT").env_remove("EPDOCTOR_RULES").env("NO_COLOR", "1");
-    c
-}
+mod common;
+use common::epdoctor;
 
 fn shared(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/h200-logs").join(name)

@@ -7,8 +7,8 @@
 
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as StdCommand, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
@@ -17,23 +17,12 @@ use assert_cmd::Command;
 /// on a loaded two-core machine.
 const HANG: Duration = Duration::from_secs(120);
 
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("epdoctor")
-}
+mod common;
+use common::std_epdoctor;
 
 fn epdoctor() -> Command {
-    let mut c = Command::new(bin());
-    c.env_remove("EPDOCTOR_FORMAT")
-        .env_remove("EPDOCTOR_RULES")
-        .env_remove("EPDOCTOR_MAX_BYTES")
-        .env("NO_COLOR", "1")
-        .timeout(HANG);
-    c
-}
-
-fn std_epdoctor() -> StdCommand {
-    let mut c = StdCommand::new(bin());
-    c.env_remove("EPDOCTOR_FORMAT").env_remove("EPDOCTOR_RULES").env_remove("EPDOCTOR_MAX_BYTES").env("NO_COLOR", "1");
+    let mut c = common::epdoctor();
+    c.timeout(HANG);
     c
 }
 

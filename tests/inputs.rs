@@ -5,17 +5,13 @@
 use std::io::Write;
 use std::path::Path;
 
-use assert_cmd::Command;
+mod common;
 
 /// The NCCL <= 2.22 teardown line (from examples/), benign on its own.
 const TEARDOWN: &str = "gpu-node-17:2374:2994 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0\n";
 
 fn explain_json(paths: &[&Path]) -> (i32, serde_json::Value, String) {
-    let o = Command::cargo_bin("epdoctor")
-        .unwrap()
-        .env_remove("EPDOCTOR_FORMAT")
-        .env_remove("EPDOCTOR_RULES")
-        .env_remove("EPDOCTOR_MAX_BYTES")
+    let o = common::epdoctor()
         .args(["explain", "--format", "json"])
         .args(paths)
         .timeout(std::time::Duration::from_secs(120))
@@ -97,6 +93,8 @@ fn a_pipe_is_read_from_its_first_byte() {
 }
 
 /// Run `explain --format json PATH` and return its exit code and peak RSS in KiB (`wait4`).
+// The child is reaped by `wait4` (which gives its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn peak_rss(path: &Path) -> (i32, i64) {
     let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("epdoctor"))
         .env_remove("EPDOCTOR_MAX_BYTES")

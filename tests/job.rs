@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
+mod common;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -66,15 +66,7 @@ fn logs(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn explain(args: &[&Path]) -> Value {
-    let out = Command::cargo_bin("epdoctor")
-        .unwrap()
-        .env_remove("EPDOCTOR_FORMAT")
-        .env_remove("EPDOCTOR_RULES")
-        .arg("explain")
-        .args(args)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = common::epdoctor().arg("explain").args(args).args(["--format", "json"]).output().unwrap();
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }

@@ -6,15 +6,10 @@
 
 use std::io::Write as _;
 
-use assert_cmd::Command;
-
 const ENTRIES: [&str; 4] = ["ep_notify", "ep_dispatch", "ep_combine", "ep_barrier"];
 
-fn epdoctor() -> Command {
-    let mut c = Command::cargo_bin("epdoctor").unwrap();
-    c.env_remove("EPDOCTOR_BARRIER_TIMEOUT").env("NO_COLOR", "1");
-    c
-}
+mod common;
+use common::epdoctor;
 
 /// True when NVRTC can be loaded; otherwise skip (or fail when CI requires NVRTC).
 fn nvrtc_or_skip(test: &str) -> bool {

@@ -2,15 +2,11 @@
 
 use std::path::PathBuf;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 
-fn epdoctor() -> Command {
-    let mut c = Command::cargo_bin("epdoctor").unwrap();
-    c.env_remove("EPDOCTOR_TORCH").env_remove("EPDOCTOR_LINT_FORMAT").env("NO_COLOR", "1");
-    c
-}
+mod common;
+use common::epdoctor;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures").join(name)

@@ -5,15 +5,15 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::cli::{ExplainArgs, RuleOpts};
+use crate::cli::ExplainArgs;
 use crate::log;
 use crate::model::Analysis;
 use crate::output::{self as report, RenderOpts};
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
-pub fn analyze(paths: &[PathBuf], rule_opts: &RuleOpts) -> Result<Analysis> {
-    let engine = rules::engine(rule_opts)?;
+pub fn analyze(paths: &[PathBuf], rule_source: &rules::RuleSource) -> Result<Analysis> {
+    let engine = rules::engine(rule_source)?;
     let (inputs, notes, dumps) = crate::flight::prepare(log::expand(paths)?)?;
     let a = engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })?;
     Ok(crate::flight::join(with_notes(a, notes), Vec::new(), dumps))
@@ -26,7 +26,7 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
             "no log to read: give files or folders (e.g. `epdoctor explain rank*.log`), `-` for stdin, or pipe a log in"
         );
     }
-    let engine = rules::engine(&args.rule_opts)?;
+    let engine = rules::engine(&args.rule_opts.source())?;
     let (inputs, notes, dumps) = crate::flight::prepare(log::expand(&args.paths)?)?;
     let opts = Options {
         max_bytes: args.max_bytes,

@@ -48,7 +48,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     let analysis = if args.logs.is_empty() {
         None
     } else {
-        Some(super::explain::analyze(&args.logs, &args.rule_opts).context("explaining the logs")?)
+        Some(super::explain::analyze(&args.logs, &args.rule_opts.source()).context("explaining the logs")?)
     };
     let env = env::collect(&env::Sources::system(Duration::from_secs_f64(args.python_timeout)));
     let mut red = crate::output::env::redactor_for(&env);

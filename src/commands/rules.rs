@@ -11,7 +11,7 @@ use crate::rules::{fixtures, load};
 pub fn run(cmd: RulesCommand) -> Result<u8> {
     match cmd {
         RulesCommand::List { format, rule_opts } => {
-            let rules = load(&rule_opts)?;
+            let rules = load(&rule_opts.source())?;
             let counts = fixtures::fixture_counts(&rules);
             let rows: Vec<RuleRow> = rules
                 .iter()
@@ -35,7 +35,7 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
             Ok(exit::OK)
         }
         RulesCommand::Show { id, rule_opts } => {
-            let rules = load(&rule_opts)?;
+            let rules = load(&rule_opts.source())?;
             let Some(r) = rules.iter().find(|r| r.def.id == id) else {
                 let mut near: Vec<&str> = rules
                     .iter()
@@ -53,6 +53,6 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
             out.flush()?;
             Ok(exit::OK)
         }
-        RulesCommand::Test { paths, bless, rule_opts } => fixtures::run_command(&paths, bless, &rule_opts),
+        RulesCommand::Test { paths, bless, rule_opts } => fixtures::run_command(&paths, bless, &rule_opts.source()),
     }
 }

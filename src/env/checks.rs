@@ -63,7 +63,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
         (
             Status::Warn,
             "ncclCommAbort prints the WARN trio \"[Service thread] Accept failed ...\", \"Could not receive type from \
-             localRank N, res=3, closed=0\", \"Failed to execute operation Close from rank N, retcode 3\" (DeepEP #41); \
+             localRank N, res=3, closed=0\", \"Failed to execute operation Close from rank N, retcode 3\" (deepseek-ai/DeepEP#41); \
              harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
@@ -86,7 +86,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
         (
             Status::Warn,
             "a local rank that exits without destroying its communicator can make the others' \
-             ncclCommFinalize/Destroy hang instead of warn (reproduced with 2.32.3, see epdoctor docs/results; PyTorch #194679 reports it \
+             ncclCommFinalize/Destroy hang instead of warn (reproduced with 2.32.3, see epdoctor docs/results; pytorch/pytorch#194679 reports it \
              from 2.31.2): call destroy_process_group() on every rank before exit."
                 .into(),
         )
@@ -242,11 +242,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         (Some(t), _) => {
             if let Some(tv) = parse_version(t) {
                 let (status, text) = if tv < (2, 4, 0) {
-                    (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (PyTorch ProcessGroupNCCL.cpp; PR #119250)")
+                    (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (PyTorch ProcessGroupNCCL.cpp; pytorch/pytorch#119250)")
                 } else if tv < (2, 6, 0) {
-                    (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (PyTorch PRs #119250 and #141510)")
+                    (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (pytorch/pytorch#119250 and pytorch/pytorch#141510)")
                 } else {
-                    (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (PyTorch PR #141510; 2.6 inferred from its date)")
+                    (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (pytorch/pytorch#141510; 2.6 inferred from its date)")
                 };
                 out.push(check(
                     "torch-teardown",
@@ -302,8 +302,8 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     }
 
     // /dev/shm leftovers.
-    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_nccl_file(file_name(&f.path))).collect();
-    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| super::shm::is_torch_file(file_name(&f.path))).collect();
+    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
+    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
     let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
     let (stale, in_use, unknown) =
         (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));

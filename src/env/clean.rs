@@ -9,22 +9,11 @@ use anyhow::Context;
 use super::checks::human_bytes;
 use super::procs::ProcScan;
 use super::shm::{self, ShmFile};
-use crate::cli::CleanArgs;
 
 pub struct Outcome {
     pub text: String,
     pub deleted: Vec<String>,
     pub failed: Vec<String>,
-}
-
-pub fn run(args: &CleanArgs) -> anyhow::Result<u8> {
-    let o = clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
-    // Not print!: a closed pipe must be an error we can map to exit 0, not a panic.
-    use std::io::Write;
-    let mut so = std::io::stdout().lock();
-    so.write_all(o.text.as_bytes())?;
-    so.flush()?;
-    Ok(if o.failed.is_empty() { crate::exit::OK } else { crate::exit::ERROR })
 }
 
 fn scan_for(proc_root: &Path, dir: &Path) -> ProcScan {
@@ -36,7 +25,8 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
         anyhow::bail!("{} is not a folder (see --dir)", dir.display());
     }
     let scan = scan_for(proc_root, dir);
-    let files = shm::list(dir, &scan, shm::is_nccl_file).with_context(|| format!("cannot list {}", dir.display()))?;
+    let files =
+        shm::list(dir, &scan, crate::os::is_nccl_shm).with_context(|| format!("cannot list {}", dir.display()))?;
     let mut s = String::new();
     let mut out = Outcome { text: String::new(), deleted: Vec::new(), failed: Vec::new() };
     let _ = writeln!(s, "{}: {} nccl-* file(s)", dir.display(), files.len());

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{CleanArgs, EnvArgs};
 use procs::{Holder, ProcScan};
 
 pub const ENV_SCHEMA_VERSION: u32 = 1;
@@ -164,7 +163,7 @@ pub fn collect(src: &Sources) -> EnvReport {
         .map(|t| procs::parse_net_unix(&t))
         .unwrap_or_default()
         .into_iter()
-        .filter(|s| s.path.as_deref().is_some_and(procs::is_nccl_socket))
+        .filter(|s| s.path.as_deref().is_some_and(crate::os::is_nccl_socket))
         .map(|s| SocketInfo {
             path: s.path.clone().unwrap_or_default(),
             inode: s.inode,
@@ -306,24 +305,4 @@ fn run_with_timeout(exe: &str, args: &[&str], timeout: Duration) -> std::io::Res
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(t.join().unwrap_or_default())
-}
-
-pub fn run(args: &EnvArgs) -> anyhow::Result<u8> {
-    if let (true, Some(cell)) = (args.leftovers, &args.cell) {
-        return crate::repro::slurm::leftovers_command(cell, args.since, args.kill, args.format);
-    }
-    if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
-        anyhow::bail!("--python-timeout must be a positive number of seconds, got {}", args.python_timeout);
-    }
-    let r = collect(&Sources::system(Duration::from_secs_f64(args.python_timeout)));
-    let out = crate::output::env::render(&r, args.format, !args.no_redact);
-    use std::io::Write;
-    let mut so = std::io::stdout().lock();
-    so.write_all(out.as_bytes())?;
-    so.flush()?;
-    Ok(crate::exit::OK)
-}
-
-pub fn clean(args: &CleanArgs) -> anyhow::Result<u8> {
-    clean::run(args)
 }

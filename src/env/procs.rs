@@ -46,12 +46,6 @@ pub fn parse_net_unix(text: &str) -> Vec<UnixSocket> {
     out
 }
 
-/// The abstract sockets NCCL's UDS service binds: `@/tmp/nccl-socket-<rank>-<hash>`
-/// (NCCL src/misc/ipcsocket.cc, `USE_ABSTRACT_SOCKET`).
-pub fn is_nccl_socket(path: &str) -> bool {
-    path.starts_with("@/tmp/nccl-socket-") || path.starts_with("@nccl-socket-")
-}
-
 /// One SysV shared-memory segment from /proc/sysvipc/shm.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SysvSegment {
@@ -350,7 +344,7 @@ impl ProcScan {
         for (path, holders) in &self.fd_paths {
             let p = path.to_string_lossy();
             if let Some(dev) = p.strip_prefix("/dev/") {
-                if dev.starts_with("nvidia") {
+                if crate::os::is_nvidia_node(&p) {
                     for h in holders {
                         out.entry(h.clone()).or_default().insert(dev.to_string());
                     }
@@ -383,7 +377,7 @@ mod tests {
         assert_eq!(v.len(), 3);
         assert_eq!(v[0].path, None);
         assert_eq!(v[1].path.as_deref(), Some("@/tmp/nccl-socket-0-2a3f"));
-        assert!(is_nccl_socket(v[1].path.as_deref().unwrap()));
+        assert!(crate::os::is_nccl_socket(v[1].path.as_deref().unwrap()));
         assert_eq!(v[2].path.as_deref(), Some("/run/my sock"));
     }
 

@@ -49,13 +49,6 @@ pub struct ShmInfo {
     pub error: Option<String>,
 }
 
-pub fn is_nccl_file(name: &str) -> bool {
-    name.starts_with("nccl-")
-}
-pub fn is_torch_file(name: &str) -> bool {
-    name.starts_with("torch_")
-}
-
 fn torch_creator(name: &str) -> Option<i32> {
     name.strip_prefix("torch_")?.split('_').next()?.parse().ok()
 }
@@ -205,7 +198,7 @@ pub fn collect(dir: &Path, mounts: &[procs::Mount], scan: &ProcScan) -> ShmInfo 
         info.size_bytes = Some(size);
         info.free_bytes = Some(free);
     }
-    match list(dir, scan, |n| is_nccl_file(n) || is_torch_file(n)) {
+    match list(dir, scan, |n| crate::os::is_nccl_shm(n) || crate::os::is_torch_shm(n)) {
         Ok(f) => info.files = f,
         Err(e) => info.error = Some(format!("cannot list {}: {e}", dir.display())),
     }

@@ -332,8 +332,11 @@ fn checklist_md(s: &mut String, checks: &[Check], md: &mut Md) {
     let rows: Vec<Vec<String>> = checks
         .iter()
         .map(|c| {
-            let refs = if c.refs.is_empty() { String::new() } else { format!(" ({})", c.refs.join(", ")) };
-            vec![c.status.as_str().to_string(), md.text(&c.title), md.text(&format!("{}{refs}", c.detail))]
+            // The checks' prose is ours (code spans render); values in it are redacted first.
+            let refs: Vec<String> = c.refs.iter().map(|r| format!("<{}>", r.replace(['<', '>', ' '], ""))).collect();
+            let refs = if refs.is_empty() { String::new() } else { format!(" ({})", refs.join(", ")) };
+            let detail = markdown::prose(&md.raw(&c.detail)).replace('|', "\\|");
+            vec![c.status.as_str().to_string(), md.text(&c.title), format!("{detail}{refs}")]
         })
         .collect();
     s.push_str(&markdown::table(&["", "check", "detail"], &rows));
@@ -459,4 +462,114 @@ pub(crate) fn markdown(r: &EnvReport, level: usize, md: &mut Md) -> String {
     );
     let _ = writeln!(s, "\n</details>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::{
+        gpu, libs, procs, python, shm, vars, Container, GpuProcess, Host, Limits, ScanSummary, SocketInfo,
+    };
+
+    /// A fixed machine: two H200s, one NCCL in a user's site-packages, a stale shm file, a job's
+    /// socket, NCCL_DEBUG unset.
+    fn machine() -> EnvReport {
+        let holder = procs::Holder { pid: 4242, comm: "python3".into() };
+        let lib = libs::LibFile {
+            path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
+            real_path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
+            names: vec!["libnccl.so.2".into()],
+            found_via: vec!["python: nvidia/nccl".into()],
+            size: 250_000_000,
+            version: Some("2.28.3".into()),
+            cuda: Some("12.9".into()),
+            version_from: Some("rodata string".into()),
+            nccl_support: None,
+            loader_default: false,
+            error: None,
+        };
+        let gpu = |index| gpu::Gpu {
+            index,
+            name: "NVIDIA H200".into(),
+            compute_capability: "9.0".into(),
+            memory_bytes: 150_000_000_000,
+            pci_bus_id: Some(format!("0000:{:02x}:00.0", 0x18 + index)),
+        };
+        let mut r = EnvReport {
+            schema_version: crate::env::ENV_SCHEMA_VERSION,
+            tool_version: "[VERSION]".into(),
+            host: Host {
+                hostname: Some("gpu-box-7".into()),
+                os: Some("Ubuntu 24.04.1 LTS".into()),
+                kernel: Some("6.8.0-45-generic".into()),
+                arch: "x86_64".into(),
+                container: Container { detected: true, evidence: vec!["/.dockerenv exists".into()], cgroup: vec![] },
+                cpus_online: Some(64),
+                cpus_available: Some(16),
+                memory_total_bytes: Some(1 << 40),
+                memory_available_bytes: Some(1 << 39),
+                cgroup_memory_limit_bytes: None,
+            },
+            gpu: gpu::GpuInfo {
+                status: "ok".into(),
+                detail: None,
+                driver_version: Some("580.95.05".into()),
+                cuda_driver_version: Some("13.0".into()),
+                devices: vec![gpu(0), gpu(1)],
+                p2p: vec![vec![None, Some(true)], vec![Some(true), None]],
+            },
+            libraries: libs::Libraries { nccl: vec![lib], nvshmem: vec![], searched: vec![] },
+            python: python::PythonInfo {
+                status: "ok".into(),
+                python: Some("3.12.3".into()),
+                torch: Some("2.11.0+cu130".into()),
+                torch_nccl: Some("2.28.9".into()),
+                ..Default::default()
+            },
+            variables: vec![vars::Var { name: "CUDA_VISIBLE_DEVICES".into(), value: "0,1".into(), masked: false }],
+            config_files: vec![],
+            shm: shm::ShmInfo {
+                dir: "/dev/shm".into(),
+                exists: true,
+                fstype: Some("tmpfs".into()),
+                size_bytes: Some(64 << 20),
+                free_bytes: Some(60 << 20),
+                files: vec![shm::ShmFile {
+                    path: "/dev/shm/nccl-AbC123".into(),
+                    size: 9_637_888,
+                    modified: Some(1_764_400_000),
+                    uid: 1000,
+                    holders: vec![],
+                    creator_pid: None,
+                    creator_alive: None,
+                    state: "stale".into(),
+                }],
+                ..Default::default()
+            },
+            nccl_sockets: vec![SocketInfo {
+                path: "@/tmp/nccl-socket-0-2a3f".into(),
+                inode: 77,
+                holders: vec![holder.clone()],
+            }],
+            sysv_segments: vec![],
+            gpu_processes: vec![GpuProcess { pid: 4242, comm: "python3".into(), devices: vec!["nvidia0".into()] }],
+            limits: Limits {
+                memlock_soft_bytes: None,
+                memlock_hard_bytes: None,
+                ptrace_scope: Some(1),
+                cap_sys_ptrace: Some(false),
+            },
+            process_scan: ScanSummary { processes: 120, unreadable: 3 },
+            checks: vec![],
+        };
+        r.checks = crate::env::checks::run(&r);
+        r
+    }
+
+    #[test]
+    fn markdown_redacted() {
+        let md = render(&machine(), Format::Md, true);
+        assert!(!md.contains("gpu-box-7") && !md.contains("alice"), "{md}");
+        insta::assert_snapshot!(md);
+    }
 }

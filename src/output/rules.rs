@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn ids_stay_whole_in_a_narrow_table() {
-        let rules = crate::rules::load(&crate::cli::RuleOpts { rules: vec![], no_builtin_rules: false }).unwrap();
+        let rules = crate::rules::load(&crate::rules::RuleSource::builtin()).unwrap();
         let rows: Vec<RuleRow> = rules
             .iter()
             .map(|r| RuleRow {
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn show_writes_the_phase_as_in_a_rule_file() {
-        let rules = crate::rules::load(&crate::cli::RuleOpts { rules: vec![], no_builtin_rules: false }).unwrap();
+        let rules = crate::rules::load(&crate::rules::RuleSource::builtin()).unwrap();
         for r in &rules {
             let s = show(r, &[]);
             assert!(!s.contains("One(") && !s.contains("Many(") && !s.contains("Some("), "{s}");

@@ -112,14 +112,15 @@ pub struct Execution {
     pub interrupted_by: Option<String>,
     /// Harness facts in the order they happened (without the exit lines, added by the caller).
     pub lines: Vec<String>,
-    pub start_unix: f64,
     /// When the harness first sent SIGTERM (deadline or interrupt), unix seconds.
     pub stop_unix: Option<f64>,
+    /// When the cell started, unix seconds (Slurm's leftovers probe looks for processes since).
+    pub start_unix: f64,
     /// Process groups the cell used (one per started process).
     pub pgids: Vec<i32>,
 }
 
-pub const HARNESS_PREFIX: &str = "[epdoctor-harness]";
+pub use super::markers::HARNESS_PREFIX;
 
 /// Seconds as the user wrote them: 45, 0.5.
 pub fn secs(d: Duration) -> String {
@@ -157,8 +158,8 @@ pub fn execute(
         deadline_hit: false,
         interrupted_by: None,
         lines: Vec::new(),
-        start_unix,
         stop_unix: None,
+        start_unix,
         pgids: Vec::new(),
     };
     let mut procs: Vec<Running> = Vec::new();

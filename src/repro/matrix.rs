@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::ReproArgs;
-
 /// Teardown modes of the built-in worker, in the order the default matrix runs them. The worker's
 /// list is the one list; `--teardown` is checked against it here, before anything runs.
 pub fn teardown_mode_names() -> impl Iterator<Item = &'static str> {
@@ -112,7 +110,7 @@ impl Host {
 
 /// Validate the flags and build the plan; every usage error is found here, before any work, and
 /// all of them are returned together.
-pub fn plan(args: &ReproArgs, ctx: &Host) -> Result<Plan, Vec<String>> {
+pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
     let mut problems: Vec<String> = Vec::new();
     let mut bad = |p: String| problems.push(p);
     if args.repeat == 0 {
@@ -287,15 +285,15 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn args(extra: &[&str]) -> ReproArgs {
+    fn args(extra: &[&str]) -> super::super::Config {
         #[derive(Parser)]
         struct W {
             #[command(flatten)]
-            a: ReproArgs,
+            a: crate::cli::ReproArgs,
         }
         let mut v = vec!["x"];
         v.extend_from_slice(extra);
-        W::try_parse_from(v).unwrap().a
+        W::try_parse_from(v).unwrap().a.config()
     }
 
     fn ctx(gpus: usize, set: &'static [&'static str]) -> Host {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{Format, Launcher, ReproArgs};
+use crate::cli::Launcher;
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
@@ -62,11 +62,58 @@ impl launch::Interrupts for SignalStop {
     }
 }
 
-pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
+/// What `repro` runs, from its flags (src/commands/repro.rs builds it from the command line).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Ranks per cell; None: the number of GPUs (at most 8), or 2 on one GPU.
+    pub ranks: Option<usize>,
+    /// Teardown modes (empty: all); built-in workload only.
+    pub teardown: Vec<String>,
+    /// Environment axes, `NAME=v1,v2`.
+    pub env: Vec<String>,
+    pub nccl_lib: Vec<PathBuf>,
+    pub repeat: usize,
+    pub timeout: f64,
+    pub grace: f64,
+    pub out: Option<PathBuf>,
+    pub size: crate::worker::Size,
+    /// No progress bar, no per-cell lines.
+    pub quiet: bool,
+    pub rules: crate::rules::RuleSource,
+    /// The user's command (empty: the built-in workload).
+    pub command: Vec<String>,
+    /// How each cell's ranks start (locally, as a Slurm step, under torchrun).
+    pub launch: crate::cli::LauncherArgs,
+}
+
+/// A finished (or interrupted) run: what the writers and the exit status need.
+pub struct Finished {
+    pub run: Run,
+    pub dir: PathBuf,
+    /// Every cell of the built-in workload failed before starting it: rank 0's reason.
+    pub never_started: Option<String>,
+}
+
+impl Finished {
+    /// The exit status: 2 when the workload never started, 5 when the harness failed or was
+    /// interrupted, else 0.
+    pub fn exit_code(&self) -> u8 {
+        let launch_failed = self.run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
+        if self.never_started.is_some() {
+            crate::exit::ERROR
+        } else if self.run.is_partial() || launch_failed {
+            crate::exit::HARNESS
+        } else {
+            crate::exit::OK
+        }
+    }
+}
+
+pub fn run(args: &Config) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
     let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
-    let engine = crate::rules::engine(&args.rule_opts).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
     let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
     // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
     if let (Some(Workload::Builtin { .. }), None, false) =
@@ -131,28 +178,8 @@ pub fn run(args: &ReproArgs) -> anyhow::Result<u8> {
         run.status = RunStatus::Complete;
     }
     write_outputs(&dir, &mut run, &plan)?;
-
-    let out = match args.format {
-        Format::Text => render::text(&run, &dir),
-        Format::Md => std::fs::read_to_string(dir.join(REPORT_FILE))?,
-        Format::Json => std::fs::read_to_string(dir.join(CELLS_FILE))?,
-    };
-    {
-        use std::io::Write;
-        // An error, not a panic, on a closed pipe (`epdoctor repro | head`).
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(out.as_bytes())?;
-        stdout.flush()?;
-    }
-    if let Some(p) = render::partial_note(&run) {
-        eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
-    }
-    if let Some(why) = workload_never_started(&plan, &run, &dir) {
-        eprintln!("epdoctor: no rank of any cell started the workload; rank 0 said: {why}");
-        return Ok(crate::exit::ERROR);
-    }
-    let launch_failed = run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
-    Ok(if run.is_partial() || launch_failed { crate::exit::HARNESS } else { crate::exit::OK })
+    let never_started = workload_never_started(&plan, &run, &dir);
+    Ok(Finished { run, dir, never_started })
 }
 
 /// Every cell of the built-in workload failed before any rank printed a marker (no GPU, no driver,
@@ -170,7 +197,7 @@ fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> 
     Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
 }
 
-fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
+fn launcher(args: &Config) -> anyhow::Result<cell::Launcher> {
     let program: OsString = match std::env::var_os(WORKER_CMD_ENV) {
         Some(p) => {
             if !Path::new(&p).is_file() {
@@ -205,7 +232,7 @@ fn launcher(args: &ReproArgs) -> anyhow::Result<cell::Launcher> {
 
 /// What starts the cells' ranks; under Slurm outside an allocation this asks salloc for one, so it
 /// comes after every check.
-fn via(args: &ReproArgs, plan: &Plan) -> anyhow::Result<cell::Via> {
+fn via(args: &Config, plan: &Plan) -> anyhow::Result<cell::Via> {
     let l = &args.launch;
     Ok(match l.launcher {
         Launcher::Local => cell::Via::Local,
@@ -218,7 +245,7 @@ fn via(args: &ReproArgs, plan: &Plan) -> anyhow::Result<cell::Via> {
             };
             cell::Via::Slurm(slurm::Allocation::acquire(l, ranks)?)
         }
-        Launcher::Torchrun => cell::Via::Torchrun(l.as_ref().clone()),
+        Launcher::Torchrun => cell::Via::Torchrun(l.clone()),
     })
 }
 
@@ -242,7 +269,7 @@ fn launcher_out(l: &cell::Launcher) -> Option<result::LauncherOut> {
     }
 }
 
-fn progress_bar(args: &ReproArgs, n: usize) -> ProgressBar {
+fn progress_bar(args: &Config, n: usize) -> ProgressBar {
     if args.quiet || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -326,7 +353,7 @@ fn local_time(fmt: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-fn new_run(plan: &Plan, args: &ReproArgs) -> Run {
+fn new_run(plan: &Plan, args: &Config) -> Run {
     let (workload, command, ranks) = match &plan.workload {
         Workload::Builtin { ranks } => ("builtin", Vec::new(), Some(*ranks)),
         Workload::Command(c) => ("command", c.clone(), args.ranks),

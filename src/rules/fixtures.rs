@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 
 use super::schema::{self, Rule};
 use super::version::Version;
+use super::RuleSource;
 use super::{Engine, Options};
-use crate::cli::RuleOpts;
 use crate::exit;
 use crate::log::Input;
 use crate::model::Analysis;
@@ -244,7 +244,7 @@ pub fn fixtures_for(id: &str) -> Vec<&'static str> {
         .collect()
 }
 
-pub fn run_command(paths: &[PathBuf], bless_on: bool, opts: &RuleOpts) -> Result<u8> {
+pub fn run_command(paths: &[PathBuf], bless_on: bool, opts: &RuleSource) -> Result<u8> {
     let engine = super::engine(opts)?;
     let builtin = paths.is_empty();
     let files: Vec<(String, String)> = if builtin {

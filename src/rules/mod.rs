@@ -10,13 +10,25 @@ use anyhow::Result;
 
 pub use engine::{Engine, Options};
 
-use crate::cli::RuleOpts;
-
 /// The engine over the built-in rules plus the user's.
-pub fn engine(opts: &RuleOpts) -> Result<Engine> {
+/// Which rules a run uses: the user's files or folders, and whether the built-in ones too.
+#[derive(Debug, Clone)]
+pub struct RuleSource {
+    pub files: Vec<std::path::PathBuf>,
+    pub builtin: bool,
+}
+
+impl RuleSource {
+    /// The built-in rules alone.
+    pub fn builtin() -> RuleSource {
+        RuleSource { files: Vec::new(), builtin: true }
+    }
+}
+
+pub fn engine(opts: &RuleSource) -> Result<Engine> {
     Engine::new(load(opts)?)
 }
 
-pub fn load(opts: &RuleOpts) -> Result<Vec<schema::Rule>> {
-    schema::load_rules_with(&opts.rules, !opts.no_builtin_rules)
+pub fn load(opts: &RuleSource) -> Result<Vec<schema::Rule>> {
+    schema::load_rules_with(&opts.files, opts.builtin)
 }

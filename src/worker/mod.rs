@@ -13,13 +13,14 @@ mod rendezvous;
 pub mod workload;
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::repro::markers;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
 
-use crate::cli::{KernelsArgs, WorkerArgs};
 use cu::CuError;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
@@ -69,24 +70,6 @@ impl Teardown {
         }
     }
 
-    /// One line per mode, for help and docs.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Teardown::Clean => "IPC barrier, close peer IPC handles, free, ncclCommFinalize + ncclCommDestroy",
-            Teardown::Abort => "IPC barrier, close, free, then ncclCommAbort instead of finalize + destroy",
-            Teardown::Leak => "IPC barrier, then exit with the communicator and the IPC mappings open",
-            Teardown::EarlyExit => "the last rank exits before the barrier; the others tear down cleanly",
-            Teardown::KillPeer => "the last rank SIGKILLs itself after the work; the others then tear down cleanly",
-            Teardown::KillInflight => {
-                "the last rank dies while the others are inside an all-reduce; they poll for the error, then abort"
-            }
-            Teardown::FreeBeforeClose => {
-                "the last rank frees its IPC buffer while peers still map it; they read it once more, then tear down"
-            }
-            Teardown::NoBarrier => "close, free, finalize + destroy with no barrier first",
-        }
-    }
-
     pub fn parse(s: &str) -> Result<Teardown> {
         Teardown::ALL.into_iter().find(|m| m.name() == s).with_context(|| {
             let names: Vec<_> = Teardown::ALL.iter().map(|m| m.name()).collect();
@@ -126,16 +109,19 @@ struct Out {
 }
 
 impl Out {
-    fn line(&self, s: impl std::fmt::Display) {
+    fn print(&self, line: String) {
         let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "[epdoctor] rank={} {s}", self.rank);
+        let _ = writeln!(o, "{line}");
         let _ = o.flush();
     }
+    fn line(&self, s: impl std::fmt::Display) {
+        self.print(markers::line(self.rank, s));
+    }
     fn phase(&self, p: &str) {
-        self.line(format_args!("phase={p} t={:.6}", unix_now()));
+        self.print(markers::phase(self.rank, p, unix_now()));
     }
     fn note(&self, text: &str) {
-        self.line(format_args!("note: {text}"));
+        self.print(markers::note(self.rank, text));
     }
     /// `error=<stage> code=<name>` on stdout, the whole chain on stderr; returns FAILED.
     fn fail(&self, stage: &str, e: &anyhow::Error) -> u8 {
@@ -158,7 +144,31 @@ fn short_code(e: &anyhow::Error) -> String {
     "error".into()
 }
 
-pub fn run(args: &WorkerArgs) -> Result<u8> {
+/// The built-in workload's size (DeepEP's test size by default).
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub experts: usize,
+    pub topk: usize,
+    pub iters: usize,
+}
+
+/// One rank of the workload, as `repro` starts it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// None: from the launcher's environment (SLURM_PROCID / RANK and their world sizes).
+    pub rank: Option<usize>,
+    pub world: Option<usize>,
+    /// Folder shared by the ranks of one cell (NCCL id and IPC handle files).
+    pub rendezvous: PathBuf,
+    pub teardown: String,
+    /// libnccl.so to load instead of the loader's choice.
+    pub nccl_lib: Option<PathBuf>,
+    pub size: Size,
+}
+
+pub fn run(args: &Config) -> Result<u8> {
     let mode = Teardown::parse(&args.teardown)?;
     let (rank, world) = rendezvous::place(args.rank, args.world)?;
     let shape = Shape {
@@ -325,7 +335,7 @@ struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     fn init(
-        args: &WorkerArgs,
+        args: &Config,
         shape: Shape,
         mode: Teardown,
         timeouts: Timeouts,
@@ -1033,8 +1043,15 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// `epdoctor kernels`: the target and where to write the PTX.
+#[derive(Debug, Clone)]
+pub struct KernelsConfig {
+    pub arch: String,
+    pub out: Option<PathBuf>,
+}
+
 /// `epdoctor kernels`: compile every kernel with NVRTC and list the entry points.
-pub fn kernels_command(args: &KernelsArgs) -> Result<u8> {
+pub fn kernels_command(args: &KernelsConfig) -> Result<u8> {
     kernels::check_arch(&args.arch)?;
     let units = kernels::units();
     if let Some(dir) = &args.out {
@@ -1095,7 +1112,6 @@ mod tests {
     fn modes_round_trip_and_unknown_lists_all() {
         for m in Teardown::ALL {
             assert_eq!(Teardown::parse(m.name()).unwrap(), m);
-            assert!(!m.describe().is_empty());
         }
         let e = Teardown::parse("nuke").unwrap_err().to_string();
         assert!(e.contains("clean") && e.contains("free-before-close") && e.contains("nuke"), "{e}");

@@ -1,0 +1,40 @@
+//! `env` and `clean`: flags -> the environment model (or the stale-file sweep) -> a writer.
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::cli::{CleanArgs, EnvArgs};
+use crate::env;
+use crate::exit;
+
+pub fn run(args: &EnvArgs) -> Result<u8> {
+    // The leftovers probe a Slurm cell runs on each of its nodes (repro --launcher slurm).
+    if let (true, Some(cell)) = (args.leftovers, &args.cell) {
+        return crate::repro::slurm::leftovers_command(cell, args.since, args.kill, args.format);
+    }
+    if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
+        crate::error::usage(vec![format!(
+            "--python-timeout must be a positive number of seconds, got {}",
+            args.python_timeout
+        )])?;
+    }
+    let r = env::collect(&env::Sources::system(Duration::from_secs_f64(args.python_timeout)));
+    print(&crate::output::env::render(&r, args.format, !args.no_redact))?;
+    Ok(exit::OK)
+}
+
+pub fn clean(args: &CleanArgs) -> Result<u8> {
+    let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
+    print(&o.text)?;
+    Ok(if o.failed.is_empty() { exit::OK } else { exit::ERROR })
+}
+
+/// Not print!: a closed pipe must be an error that maps to exit 0, not a panic.
+pub(crate) fn print(text: &str) -> Result<()> {
+    let mut so = std::io::stdout().lock();
+    so.write_all(text.as_bytes())?;
+    so.flush()?;
+    Ok(())
+}
