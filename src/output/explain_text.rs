@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::color::paint;
 use super::RenderOpts;
-use crate::model::{Analysis, Finding, Severity, Verdict};
+use crate::model::{Analysis, Finding, RunOutcome, Severity, Verdict};
 
 fn verdict_style(v: Verdict) -> Style {
     match v {
@@ -15,10 +15,14 @@ fn verdict_style(v: Verdict) -> Style {
     }
 }
 
-fn verdict_line(v: Verdict) -> &'static str {
+fn verdict_line(v: Verdict, outcome: RunOutcome) -> &'static str {
     match v {
         Verdict::Clean => "no warnings or errors",
-        Verdict::Benign => "only known noise: the run worked; nothing to fix for correctness",
+        // "The run worked" only with a success line to show for it.
+        Verdict::Benign if outcome == RunOutcome::Succeeded => {
+            "only known noise, and the run succeeded (see outcome): nothing to fix for correctness"
+        }
+        Verdict::Benign => "only known noise; the log shows no success or failure line: check the job's exit status",
         Verdict::Actionable => "a real problem: act on the primary finding below",
         Verdict::Unknown => "warnings or errors that no rule explains (listed below)",
     }
@@ -31,7 +35,7 @@ pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
         "{} {}  {}",
         paint("verdict:", Style::new().bold()),
         paint(a.verdict.as_str(), verdict_style(a.verdict)),
-        verdict_line(a.verdict)
+        verdict_line(a.verdict, a.outcome.status)
     );
     let mut vers = Vec::new();
     for v in &a.versions {
