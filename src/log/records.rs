@@ -137,6 +137,12 @@ impl Open {
         self.parts.push(Part { line, raw: raw.to_string(), msg, origin: Origin::of(p), role, flags, detail: None });
     }
 
+    /// A line that continues the head's message, matched on its own.
+    fn push_continuation(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) {
+        let flags = Flags { continuation: true, ..Flags::default() };
+        self.push(line, raw, p, Role::Match, p.rest.to_string(), flags);
+    }
+
     /// The finished record: the head gets what the body said about it.
     fn close(mut self) -> Vec<Part> {
         let detail = match self.kind {
@@ -291,14 +297,7 @@ impl Assembler {
             Kind::Terminate => {
                 if let Some(w) = msg.strip_prefix("what():") {
                     o.innermost = Some(format!("what(): {}", w.trim()));
-                    o.push(
-                        line,
-                        raw,
-                        p,
-                        Role::Match,
-                        msg.to_string(),
-                        Flags { continuation: true, ..Flags::default() },
-                    );
+                    o.push_continuation(line, raw, p);
                     return true;
                 }
                 if is_frame_line(msg) || msg.starts_with("Exception raised from") {
@@ -308,14 +307,7 @@ impl Assembler {
                     return true;
                 }
                 if o.stage == Stage::Message && o.parts.len() < 6 && !starts_record(msg) {
-                    o.push(
-                        line,
-                        raw,
-                        p,
-                        Role::Match,
-                        msg.to_string(),
-                        Flags { continuation: true, ..Flags::default() },
-                    );
+                    o.push_continuation(line, raw, p);
                     return true;
                 }
                 false
