@@ -13,22 +13,8 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
         RulesCommand::List { format, rule_opts } => {
             let rules = load(&rule_opts.source())?;
             let counts = fixtures::fixture_counts(&rules);
-            let rows: Vec<RuleRow> = rules
-                .iter()
-                .map(|r| RuleRow {
-                    id: &r.def.id,
-                    title: &r.def.title,
-                    category: &r.def.category,
-                    severity: r.def.severity.as_str(),
-                    benign: r.def.benign,
-                    patterns: &r.def.patterns,
-                    nccl: r.nccl.as_ref().map(|x| x.text()),
-                    torch: r.torch.as_ref().map(|x| x.text()),
-                    phase: &r.def.phase,
-                    fixtures: counts.get(r.def.id.as_str()).copied().unwrap_or(0),
-                    origin: &r.origin,
-                })
-                .collect();
+            let rows: Vec<RuleRow> =
+                rules.iter().map(|r| RuleRow::of(r, counts.get(r.def.id.as_str()).copied().unwrap_or(0))).collect();
             let mut out = std::io::stdout().lock();
             out.write_all(writer::list(&rows, format).as_bytes())?;
             out.flush()?;

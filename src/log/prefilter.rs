@@ -120,8 +120,12 @@ impl Prefilter {
     /// False only when no pattern can match `line` and `level_of` cannot rate it `Warn` or above.
     /// `line` must be ASCII (a cleaned line, rank prefix not yet stripped).
     pub fn may_matter(&self, line: &str) -> bool {
+        self.may_matter_stripped(line, strip_prefixes(line).rest)
+    }
+
+    /// `may_matter` for a caller that has stripped the prefixes already (`rest`: what is left).
+    pub fn may_matter_stripped(&self, line: &str, rest: &str) -> bool {
         let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return true };
-        let rest = strip_prefixes(line).rest;
         if positional_warn(rest) {
             return true;
         }

@@ -24,6 +24,25 @@ pub(crate) struct RuleRow<'a> {
     pub origin: &'a str,
 }
 
+impl<'a> RuleRow<'a> {
+    /// The row of rule `r`, proven by `fixtures` fixtures.
+    pub fn of(r: &'a crate::rules::schema::Rule, fixtures: usize) -> RuleRow<'a> {
+        RuleRow {
+            id: &r.def.id,
+            title: &r.def.title,
+            category: &r.def.category,
+            severity: r.def.severity.as_str(),
+            benign: r.def.benign,
+            patterns: &r.def.patterns,
+            nccl: r.nccl.as_ref().map(|x| x.text()),
+            torch: r.torch.as_ref().map(|x| x.text()),
+            phase: &r.def.phase,
+            fixtures,
+            origin: &r.origin,
+        }
+    }
+}
+
 /// A text table whose first column (a rule id, something to copy) is never wrapped or cut,
 /// however narrow the terminal: the other columns wrap instead.
 pub(crate) fn id_table(header: &[&str]) -> Table {
@@ -128,22 +147,7 @@ mod tests {
     #[test]
     fn ids_stay_whole_in_a_narrow_table() {
         let rules = crate::rules::load(&crate::rules::RuleSource::builtin()).unwrap();
-        let rows: Vec<RuleRow> = rules
-            .iter()
-            .map(|r| RuleRow {
-                id: &r.def.id,
-                title: &r.def.title,
-                category: &r.def.category,
-                severity: r.def.severity.as_str(),
-                benign: r.def.benign,
-                patterns: &r.def.patterns,
-                nccl: r.nccl.as_ref().map(|x| x.text()),
-                torch: None,
-                phase: &r.def.phase,
-                fixtures: 0,
-                origin: &r.origin,
-            })
-            .collect();
+        let rows: Vec<RuleRow> = rules.iter().map(|r| RuleRow::of(r, 0)).collect();
         let t = list_at(&rows, Format::Text, Some(80));
         for r in &rows {
             assert!(t.contains(r.id), "{} cut in an 80-column table:\n{t}", r.id);

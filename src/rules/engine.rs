@@ -315,14 +315,22 @@ impl Engine {
             if log::is_clean(raw) {
                 // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
                 let line = unsafe { std::str::from_utf8_unchecked(raw) };
-                // An open record (a traceback) takes every line until it closes.
-                if !line.is_empty() && (!big || src.records.is_open() || self.prefilter().may_matter(line)) {
-                    self.line(st, &mut src, line);
+                // An open record (a traceback) takes every line until it closes. The prefixes are
+                // stripped once, for the prefilter and the matcher.
+                if !line.is_empty() {
+                    let p = log::strip_prefixes(line);
+                    if !big || src.records.is_open() || self.prefilter().may_matter_stripped(line, p.rest) {
+                        self.prefixed_line(st, &mut src, line, p);
+                    }
                 }
             } else {
                 let line = log::clean_line(raw);
-                if !big || !line.is_ascii() || src.records.is_open() || self.prefilter().may_matter(&line) {
-                    self.line(st, &mut src, &line);
+                if !line.is_empty() {
+                    let p = log::strip_prefixes(&line);
+                    let ask = big && line.is_ascii() && !src.records.is_open();
+                    if !ask || self.prefilter().may_matter_stripped(&line, p.rest) {
+                        self.prefixed_line(st, &mut src, &line, p);
+                    }
                 }
             }
         }
@@ -333,10 +341,13 @@ impl Engine {
 
     /// One physical line: prefixes stripped, joined into records, every record matched.
     fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
-        if raw.is_empty() {
-            return;
+        if !raw.is_empty() {
+            self.prefixed_line(st, src, raw, log::strip_prefixes(raw));
         }
-        let p = log::strip_prefixes(raw);
+    }
+
+    /// `line` once its prefixes are stripped (`p`); `raw` is not empty.
+    fn prefixed_line(&self, st: &mut State, src: &mut SourceState, raw: &str, p: log::Prefixed<'_>) {
         self.split_version(st, src, p.rest);
         let fed = src.records.feed(src.lines, raw, &p);
         for rec in src.records.take_done() {
