@@ -115,6 +115,8 @@ struct Open {
     ignored: bool,
     /// The next line of this key is a `Last error:` payload.
     payload_next: bool,
+    /// A complete-looking c10 line that may go on in the next physical line (a paste wrapped it).
+    soft: bool,
 }
 
 impl Open {
@@ -130,6 +132,7 @@ impl Open {
             chained_next: false,
             ignored: false,
             payload_next: false,
+            soft: false,
         }
     }
 
@@ -213,6 +216,9 @@ impl Assembler {
 
     /// Feed line `line` (`raw` as read, `p` its prefixes stripped).
     pub fn feed(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) -> Fed {
+        if let Some(fed) = self.soft_wrap(line, raw, p) {
+            return fed;
+        }
         let key = p.any_rank();
         let msg = p.rest;
         if msg.is_empty() {
@@ -231,20 +237,24 @@ impl Assembler {
 
     /// Open a record if `msg` starts one.
     fn start(&mut self, line: u64, raw: &str, p: &Prefixed<'_>, key: Option<u32>, msg: &str) -> Fed {
-        let (kind, stage, role) =
-            if msg.starts_with("Traceback (most recent call last)") || msg.starts_with("Exception ignored in") {
-                (Kind::Traceback, Stage::Frames, Role::Context)
-            } else if msg.starts_with("terminate called after throwing an instance of") {
-                (Kind::Terminate, Stage::Message, Role::Match)
-            } else if is_crash_head(msg) {
-                (Kind::Crash, Stage::Message, Role::Match)
-            } else if is_wrapped_c10_header(msg) {
-                (Kind::Wrapped, Stage::Message, Role::Match)
-            } else if msg.trim_end().ends_with("Last error:") {
-                (Kind::LastError, Stage::Message, Role::Match)
-            } else {
-                return Fed::Alone;
-            };
+        let (kind, stage, role) = if msg.starts_with("Traceback (most recent call last)")
+                || msg.starts_with("Exception ignored in")
+                // A logger that prints the traceback after its own words (SGLang's `Scheduler hit
+                // an exception: Traceback (most recent call last):`).
+                || msg.ends_with(": Traceback (most recent call last):")
+        {
+            (Kind::Traceback, Stage::Frames, Role::Context)
+        } else if msg.starts_with("terminate called after throwing an instance of") {
+            (Kind::Terminate, Stage::Message, Role::Match)
+        } else if is_crash_head(msg) {
+            (Kind::Crash, Stage::Message, Role::Match)
+        } else if is_wrapped_c10_header(msg) || may_wrap(msg) {
+            (Kind::Wrapped, Stage::Message, Role::Match)
+        } else if msg.trim_end().ends_with("Last error:") {
+            (Kind::LastError, Stage::Message, Role::Match)
+        } else {
+            return Fed::Alone;
+        };
         if self.open.len() >= MAX_OPEN {
             let o = self.open.remove(0);
             self.done.push(o.close());
@@ -256,8 +266,41 @@ impl Assembler {
             o.head = Some(0);
         }
         o.payload_next = kind == Kind::LastError;
+        o.soft = kind == Kind::Wrapped && !is_wrapped_c10_header(msg);
         self.open.push(o);
         Fed::Taken
+    }
+
+    /// A pasted log wraps long lines where the terminal did: the rest of a c10 message lands on
+    /// the next line without the prefixes. Join such a line to the message it continues; any
+    /// other line closes the waiting message.
+    fn soft_wrap(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) -> Option<Fed> {
+        let i = self.open.iter().position(|o| o.soft)?;
+        let o = &mut self.open[i];
+        let last = o.parts.last().map_or(0, |l| l.line);
+        // A wrap at a word boundary often keeps the space it broke at.
+        let broke_at_space = o.parts.last().is_some_and(|l| l.raw.ends_with(' '));
+        if last + 1 == line && o.parts[0].msg.len() < 2048 && continues_wrapped(raw, p, broke_at_space) {
+            let h = &mut o.parts[0];
+            for s in [&mut h.msg, &mut h.raw] {
+                s.truncate(s.trim_end().len());
+                s.push(' ');
+                s.push_str(p.rest);
+            }
+            o.parts.push(Part {
+                line,
+                raw: raw.to_string(),
+                msg: p.rest.to_string(),
+                origin: Origin::of(p),
+                role: Role::Context,
+                flags: Flags { continuation: true, ..Flags::default() },
+                detail: None,
+            });
+            return Some(Fed::Taken);
+        }
+        let o = self.open.remove(i);
+        self.done.push(o.close());
+        None
     }
 
     /// Take `msg` into open record `i`, or say it does not belong there.
@@ -282,7 +325,7 @@ impl Assembler {
         match o.kind {
             Kind::Wrapped => {
                 // The body of a header cut after `Warning:` or before its `]`.
-                if o.parts.len() == 1 && !starts_record(msg) {
+                if !o.soft && o.parts.len() == 1 && !starts_record(msg) {
                     let h = &mut o.parts[0];
                     h.msg.push(' ');
                     h.msg.push_str(msg);
@@ -402,7 +445,7 @@ fn continue_traceback(o: &mut Open, line: u64, raw: &str, p: &Prefixed<'_>) -> b
 /// A line that begins a message of its own, so it cannot continue another one.
 fn starts_record(msg: &str) -> bool {
     msg.starts_with("Traceback (most recent call last)")
-        || msg.contains(" NCCL ")
+        || is_nccl_line(msg)
         || super::record::positional_warn(msg)
         || msg.starts_with("[epdoctor")
         || msg.starts_with("terminate called")
@@ -412,6 +455,14 @@ fn starts_record(msg: &str) -> bool {
         || msg.starts_with("Exception ignored in")
         || (msg.contains("torch/distributed/elastic/") || msg.contains("torch.distributed.elastic"))
             && !is_exception_line(msg)
+}
+
+/// An NCCL debug line (`host:pid:tid [dev] NCCL INFO ...`), not a message that names NCCL.
+fn is_nccl_line(msg: &str) -> bool {
+    msg.match_indices(" NCCL ").any(|(i, _)| {
+        let t = &msg[i + 6..];
+        ["INFO", "WARN", "ATTN", "TRACE", "ABORT", "VERSION"].iter().any(|l| t.starts_with(l))
+    })
 }
 
 /// The first line of an in-process crash handler's report.
@@ -464,6 +515,34 @@ fn is_wrapped_c10_header(msg: &str) -> bool {
             body.is_empty() || body == "Warning:"
         }
     }
+}
+
+/// A c10 warning or error whose text does not end like a finished sentence: a paste may have
+/// wrapped it (torch's messages end in `.`, `)` or a value, rarely in a plain word).
+fn may_wrap(msg: &str) -> bool {
+    let b = msg.as_bytes();
+    if b.len() < 40 || b[0] != b'[' || !matches!(b[1], b'W' | b'E' | b'F') || !b[2].is_ascii_digit() {
+        return false;
+    }
+    let Some(close) = msg.find("] ") else { return false };
+    let body = msg[close + 2..].trim_end();
+    body.len() > 20 && (body.bytes().last().is_some_and(|c| c.is_ascii_alphabetic() || c == b',') || msg.ends_with(' '))
+}
+
+/// The line goes on with a wrapped message: no prefix of its own, not a record or a header, and
+/// it starts mid-sentence (lower case), or the line before broke at a space.
+fn continues_wrapped(raw: &str, p: &Prefixed<'_>, broke_at_space: bool) -> bool {
+    let msg = p.rest;
+    let first = msg.bytes().next();
+    p.rank.is_none()
+        && p.local_rank.is_none()
+        && p.ts.is_none()
+        && !p.indented
+        && raw.len() == msg.len()
+        && (first.is_some_and(|c| c.is_ascii_lowercase())
+            || broke_at_space && first.is_some_and(|c| c.is_ascii_alphanumeric()))
+        && !starts_record(msg)
+        && !is_exception_line(msg)
 }
 
 /// Remember the shared libraries (and NCCL/NVSHMEM/DeepEP symbols) a backtrace line names.
@@ -654,6 +733,31 @@ mod tests {
         ]);
         assert_eq!(recs.len(), 1);
         assert!(recs[0][0].msg.ends_with("which can leak resources."));
+    }
+
+    #[test]
+    fn pasted_wrap_joins_the_rest_of_a_c10_message() {
+        // torch's destructor warning (ProcessGroupNCCL.cpp, 2.4+) as a terminal paste wraps it.
+        let recs = run(&[
+            "[rank3]:[W0501 08:00:00.123456789 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not called before program",
+            "exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())",
+            "[rank2]:[W0501 08:00:00.2 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not called before program",
+            "Something else entirely",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert!(m[0].ends_with("before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())"), "{m:?}");
+        // A line that does not go on mid-sentence stays a message of its own.
+        assert!(m[1].ends_with("was not called before program"), "{m:?}");
+        assert_eq!(m[2], "Something else entirely", "{m:?}");
+        assert_eq!(m.len(), 3, "{m:?}");
+        // Broken at a space (the space kept), the rest may start in upper case.
+        let recs = run(&[
+            "[rank3]:[E909 09:55:46.1 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 3] Timeout at NCCL work: 7, last enqueued ",
+            "NCCL work: 9, last completed NCCL work: 6.",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].ends_with("last enqueued NCCL work: 9, last completed NCCL work: 6."), "{m:?}");
     }
 
     #[test]

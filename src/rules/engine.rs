@@ -681,6 +681,11 @@ impl Engine {
         Versions { nccl, nccl_out, torch, notes }
     }
 
+    /// Whether a rule that fired excludes rule `r`.
+    fn excluded(&self, r: usize, fired: &BTreeSet<usize>) -> bool {
+        self.rules[r].def.excludes.iter().any(|id| fired.iter().any(|&x| self.rules[x].def.id == *id))
+    }
+
     /// Every group's hits filed under the rule that wins it (version gates first, then
     /// requires/excludes against the rules that can fire); the rest are unexplained.
     fn group(&self, st: &mut State, allowed: &[bool], opts: &Options) -> Grouped {
@@ -690,7 +695,7 @@ impl Engine {
                     && fired.is_none_or(|f| {
                         let d = &self.rules[r].def;
                         d.requires.iter().all(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
-                            && !d.excludes.iter().any(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
+                            && !self.excluded(r, f)
                     })
             })
         };
@@ -708,6 +713,9 @@ impl Engine {
                     a.who.extend(g.who);
                     a.hits.extend(g.sample);
                     a.hits.extend(g.earliest_ts);
+                }
+                None if cands.iter().any(|&r| allowed[r] && self.excluded(r, &fired0)) => {
+                    // A rule that fired explains these lines better (an interrupt explains the cleanup).
                 }
                 None => {
                     // Every candidate was gated out: these lines are unexplained if they are warnings.
