@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use crate::cli::{CleanArgs, EnvArgs};
 use crate::env;
+use crate::error::Typed;
 use crate::exit;
 
 pub fn run(args: &EnvArgs) -> Result<u8> {
@@ -26,7 +27,7 @@ pub fn run(args: &EnvArgs) -> Result<u8> {
 }
 
 pub fn clean(args: &CleanArgs) -> Result<u8> {
-    let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
+    let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes).input()?;
     print(&o.text)?;
     Ok(if o.failed.is_empty() { exit::OK } else { exit::ERROR })
 }

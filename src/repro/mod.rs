@@ -26,6 +26,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::Launcher;
+use crate::error::Typed;
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
@@ -129,8 +130,19 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
     let (Some(plan), Some(engine), Some(launcher)) = (plan, engine, launcher) else {
         unreachable!("no problem was found, so each part was built")
     };
-    let dir = create_run_dir(args.out.as_deref())?;
-    let mut launcher = launcher;
+    // A run folder that cannot be made where the user asked is theirs to fix; any failure after
+    // it exists is the harness's (exit 5).
+    let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
+    run_cells(args, plan, &engine, launcher, dir).harness()
+}
+
+fn run_cells(
+    args: &Config,
+    plan: Plan,
+    engine: &Engine,
+    mut launcher: cell::Launcher,
+    dir: PathBuf,
+) -> anyhow::Result<Finished> {
     launcher.via = via(args, &plan)?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
     let _signals = interrupt::install()?;
@@ -155,7 +167,7 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
         let name = cell_name(&plan, cp);
         bar.set_message(name.clone());
         let cell =
-            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, &engine, &stop, &mut || bar.tick())?;
+            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || bar.tick())?;
         say(format!(
             "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
             cp.index,
