@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::{vars, EnvReport};
+use crate::rules::version::{boundary, Version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,21 +46,11 @@ fn check(id: &str, status: Status, title: impl Into<String>, detail: impl Into<S
     }
 }
 
-/// "2.28.3" or "2.11.0+cu130" -> (2, 28, 3) / (2, 11, 0).
-pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let core = v.split(['+', '-', ' ']).next()?;
-    let mut it = core.split('.').map(|p| p.chars().take_while(|c| c.is_ascii_digit()).collect::<String>());
-    let a = it.next()?.parse().ok()?;
-    let b = it.next()?.parse().ok()?;
-    let c = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    Some((a, b, c))
-}
-
 pub const GIB: u64 = 1 << 30;
 
 /// What an NCCL version means for teardown warnings (NCCL src/proxy.cc history; docs/results/ for 2.31+).
-pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
-    if v < (2, 23, 4) {
+pub fn nccl_teardown(v: Version) -> (Status, String) {
+    if v < boundary::NCCL_ABORT_PAIR_SILENCED {
         (
             Status::Warn,
             "ncclCommAbort prints the WARN trio \"[Service thread] Accept failed ...\", \"Could not receive type from \
@@ -67,7 +58,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
              harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
-    } else if v < (2, 30, 3) {
+    } else if v < boundary::NCCL_ACCEPT_FAILED_INFO {
         (
             Status::Info,
             "the abort-path pair is silenced (since 2.23.4), but \"[Service thread] Accept failed\" is still a WARN \
@@ -75,7 +66,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
              (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
-    } else if v < (2, 31, 0) {
+    } else if v < boundary::NCCL_DESTROY_HANG {
         (
             Status::Ok,
             "normal teardown is quiet: the abort pair is silenced and Accept failed is INFO; peer-gone warnings \
@@ -225,7 +216,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             continue;
         }
         seen.push(v.clone());
-        if let Some(pv) = parse_version(&v) {
+        if let Some(pv) = Version::parse(&v) {
             let (status, text) = nccl_teardown(pv);
             out.push(check(
                 "nccl-version",
@@ -240,10 +231,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     // torch.
     match (&r.python.torch, r.python.status.as_str()) {
         (Some(t), _) => {
-            if let Some(tv) = parse_version(t) {
-                let (status, text) = if tv < (2, 4, 0) {
+            if let Some(tv) = Version::parse(t) {
+                let (status, text) = if tv < boundary::TORCH_NOT_DESTROYED_WARNING {
                     (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (PyTorch ProcessGroupNCCL.cpp; pytorch/pytorch#119250)")
-                } else if tv < (2, 6, 0) {
+                } else if tv < boundary::TORCH_DESTROY_FINALIZES {
                     (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (pytorch/pytorch#119250 and pytorch/pytorch#141510)")
                 } else {
                     (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (pytorch/pytorch#141510; 2.6 inferred from its date)")
@@ -259,7 +250,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             if let (Some(tn), Some(sys)) =
                 (&r.python.torch_nccl, nccl.iter().find(|l| l.loader_default).and_then(|l| l.version.clone()))
             {
-                if parse_version(tn) != parse_version(&sys) {
+                if Version::parse(tn) != Version::parse(&sys) {
                     out.push(check(
                         "torch-nccl",
                         Status::Info,
@@ -500,21 +491,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions() {
-        assert_eq!(parse_version("2.28.3"), Some((2, 28, 3)));
-        assert_eq!(parse_version("2.11.0+cu130"), Some((2, 11, 0)));
-        assert_eq!(parse_version("2.6.0a0+git1234"), Some((2, 6, 0)));
-        assert_eq!(parse_version("x"), None);
+    fn versions_of_torch_and_nccl_as_env_sees_them() {
+        assert_eq!(Version::parse("2.28.3"), Some(Version(2, 28, 3)));
+        assert_eq!(Version::parse("2.11.0+cu130"), Some(Version(2, 11, 0)));
+        assert_eq!(Version::parse("2.6.0a0+git1234"), Some(Version(2, 6, 0)));
+        assert_eq!(Version::parse("2.7.0.dev20250101+cu126"), Some(Version(2, 7, 0)));
+        assert_eq!(Version::parse("x"), None);
     }
 
     #[test]
     fn nccl_boundaries_follow_the_facts() {
-        assert_eq!(nccl_teardown((2, 22, 3)).0, Status::Warn);
-        assert_eq!(nccl_teardown((2, 23, 4)).0, Status::Info);
-        assert_eq!(nccl_teardown((2, 28, 9)).0, Status::Info);
-        assert_eq!(nccl_teardown((2, 30, 3)).0, Status::Ok);
-        assert_eq!(nccl_teardown((2, 32, 3)).0, Status::Warn);
-        assert!(nccl_teardown((2, 32, 3)).1.contains("hang"));
+        assert_eq!(nccl_teardown(Version(2, 22, 3)).0, Status::Warn);
+        assert_eq!(nccl_teardown(Version(2, 23, 4)).0, Status::Info);
+        assert_eq!(nccl_teardown(Version(2, 28, 9)).0, Status::Info);
+        assert_eq!(nccl_teardown(Version(2, 30, 3)).0, Status::Ok);
+        assert_eq!(nccl_teardown(Version(2, 32, 3)).0, Status::Warn);
+        assert!(nccl_teardown(Version(2, 32, 3)).1.contains("hang"));
     }
 
     #[test]

@@ -12,6 +12,8 @@ mod nccl;
 mod rendezvous;
 pub mod workload;
 
+use crate::rules::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
+use crate::rules::version::Version;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -29,9 +31,6 @@ use workload::{Layout, Shape, SignalLayout};
 /// Exit status of a rank whose workload or teardown reported a failure. 0 is success; 2 (usage
 /// error, missing library) comes from src/exit.rs; a killed rank has no status of its own.
 pub const FAILED: u8 = 1;
-
-/// NCCL from which several ranks of one communicator may share a GPU (NCCL_MULTI_RANK_GPU_ENABLE).
-const NCCL_MULTI_RANK_GPU: i32 = 23003;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Teardown {
@@ -204,12 +203,9 @@ pub fn run(args: &Config) -> Result<u8> {
 
     let out = Out { rank };
     out.phase("init");
-    let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if nccl_code < 21400 {
-        bail!(
-            "NCCL {} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)",
-            nccl::version_string(nccl_code)
-        );
+    let nccl_version = nccl::version_of(nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?);
+    if nccl_version < NCCL_FINALIZE {
+        bail!("NCCL {nccl_version} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)");
     }
     let loaded = libs::loaded_nccl_files();
     if let Some(req) = &requested {
@@ -223,13 +219,9 @@ pub fn run(args: &Config) -> Result<u8> {
         }
     }
     let lib_shown = loaded.first().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into());
-    out.line(format_args!(
-        "nccl_version={} nccl_lib={}",
-        nccl::version_string(nccl_code),
-        lib_shown.replace(' ', "%20")
-    ));
+    out.line(format_args!("nccl_version={} nccl_lib={}", nccl_version, lib_shown.replace(' ', "%20")));
 
-    let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_code) {
+    let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_version) {
         Ok(w) => w,
         Err(e) => return Ok(out.fail("init", &e)),
     };
@@ -340,7 +332,7 @@ impl<'a> Worker<'a> {
         mode: Teardown,
         timeouts: Timeouts,
         out: &'a Out,
-        nccl_code: i32,
+        nccl_version: Version,
     ) -> Result<Self> {
         let me = out.rank;
         let world = shape.world;
@@ -378,7 +370,7 @@ impl<'a> Worker<'a> {
         let user_set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
         if !shared_gpu {
             out.line(format_args!("transport=intranode ranks_per_gpu=1"));
-        } else if nccl_code >= NCCL_MULTI_RANK_GPU {
+        } else if nccl_version >= NCCL_MULTI_RANK_GPU {
             let how = if user_set("NCCL_MULTI_RANK_GPU_ENABLE") {
                 "user".to_string()
             } else {
