@@ -3,6 +3,9 @@
 //! more than those sources support.
 use serde::Serialize;
 
+use super::gpu::GpuStatus;
+use super::python::PythonStatus;
+use super::shm::ShmState;
 use super::{vars, EnvReport};
 use crate::rules::version::{boundary, Version};
 
@@ -89,28 +92,28 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     let eff = |name: &str| vars::effective(name, &r.variables, &r.config_files);
 
     // GPUs and P2P.
-    match r.gpu.status.as_str() {
-        "ok" if r.gpu.devices.is_empty() => out.push(check(
+    match r.gpu.status {
+        GpuStatus::Ok if r.gpu.devices.is_empty() => out.push(check(
             "gpu",
             Status::Warn,
             "driver present, no GPU visible",
             "check CUDA_VISIBLE_DEVICES and the container's --gpus",
             &[],
         )),
-        "ok" => {
+        GpuStatus::Ok => {
             let names: Vec<String> =
                 r.gpu.devices.iter().map(|g| format!("{} (sm {})", g.name, g.compute_capability)).collect();
             out.push(check("gpu", Status::Ok, format!("{} GPU(s)", r.gpu.devices.len()), names.join(", "), &[]));
         }
-        "no GPU driver" => out.push(check(
+        GpuStatus::NoDriver => out.push(check(
             "gpu",
             Status::Info,
             "no GPU driver",
             "libcuda could not be loaded: GPU checks are skipped; explain, rules and clean still work",
             &[],
         )),
-        "not probed" => {}
-        _ => out.push(check(
+        GpuStatus::NotProbed => {}
+        GpuStatus::Error => out.push(check(
             "gpu",
             Status::Warn,
             "the CUDA driver is present but failed",
@@ -229,7 +232,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     }
 
     // torch.
-    match (&r.python.torch, r.python.status.as_str()) {
+    match (&r.python.torch, r.python.status) {
         (Some(t), _) => {
             if let Some(tv) = Version::parse(t) {
                 let (status, text) = if tv < boundary::TORCH_NOT_DESTROYED_WARNING {
@@ -261,7 +264,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 }
             }
         }
-        (None, "ok") => out.push(check(
+        (None, PythonStatus::Ok) => out.push(check(
             "torch",
             Status::Info,
             "no torch in this python3",
@@ -295,9 +298,12 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     // /dev/shm leftovers.
     let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
     let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
-    let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
-    let (stale, in_use, unknown) =
-        (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));
+    let count = |v: &[&super::shm::ShmFile], s: ShmState| v.iter().filter(|f| f.state == s).count();
+    let (stale, in_use, unknown) = (
+        count(&nccl_files, ShmState::Stale),
+        count(&nccl_files, ShmState::InUse),
+        count(&nccl_files, ShmState::Unknown),
+    );
     if nccl_files.is_empty() {
         out.push(check(
             "shm-leftovers",
@@ -334,7 +340,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
-    let torch_stale = count(&torch_files, "stale");
+    let torch_stale = count(&torch_files, ShmState::Stale);
     if torch_stale > 0 {
         out.push(check(
             "torch-shm",
