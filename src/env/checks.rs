@@ -89,9 +89,19 @@ pub fn nccl_teardown(v: Version) -> (Status, String) {
 
 pub fn run(r: &EnvReport) -> Vec<Check> {
     let mut out = Vec::new();
-    let eff = |name: &str| vars::effective(name, &r.variables, &r.config_files);
+    for part in [gpus, variables, nccl_libraries, torch, shm, ipc, nvshmem, gpu_processes, limits] {
+        part(r, &mut out);
+    }
+    out
+}
 
-    // GPUs and P2P.
+/// A variable's value and where it was set (the environment or an NCCL config file).
+fn eff<'a>(r: &'a EnvReport, name: &str) -> Option<(&'a str, &'a str)> {
+    vars::effective(name, &r.variables, &r.config_files)
+}
+
+/// The GPUs, peer access between them, NVLS.
+fn gpus(r: &EnvReport, out: &mut Vec<Check>) {
     match r.gpu.status {
         GpuStatus::Ok if r.gpu.devices.is_empty() => out.push(check(
             "gpu",
@@ -148,7 +158,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 &[],
             ));
         }
-        match eff("NCCL_NVLS_ENABLE") {
+        match eff(r, "NCCL_NVLS_ENABLE") {
             Some(("0", _)) => {}
             other => out.push(check(
                 "nvls",
@@ -162,9 +172,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             )),
         }
     }
+}
 
-    // NCCL_DEBUG: without it the teardown warnings are invisible.
-    match eff("NCCL_DEBUG") {
+/// Variables that decide what a job's log can show, or that do nothing.
+fn variables(r: &EnvReport, out: &mut Vec<Check>) {
+    match eff(r, "NCCL_DEBUG") {
         None => out.push(check(
             "nccl-debug",
             Status::Warn,
@@ -174,7 +186,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         )),
         Some((v, from)) => out.push(check("nccl-debug", Status::Ok, format!("NCCL_DEBUG={v}"), format!("from {from}"), &[])),
     }
-    if let Some((v, from)) = eff("NCCL_ABORT_ON_ERROR") {
+    if let Some((v, from)) = eff(r, "NCCL_ABORT_ON_ERROR") {
         out.push(check(
             "unknown-variable",
             Status::Warn,
@@ -183,8 +195,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Libraries.
+/// The libnccl copies and what each version means for teardown.
+fn nccl_libraries(r: &EnvReport, out: &mut Vec<Check>) {
     let nccl = &r.libraries.nccl;
     let mut versions: Vec<String> = nccl.iter().filter_map(|l| l.version.clone()).collect();
     versions.sort();
@@ -230,8 +244,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             ));
         }
     }
+}
 
-    // torch.
+/// torch's teardown path, and whether it brings its own NCCL.
+fn torch(r: &EnvReport, out: &mut Vec<Check>) {
+    let nccl = &r.libraries.nccl;
     match (&r.python.torch, r.python.status) {
         (Some(t), _) => {
             if let Some(tv) = Version::parse(t) {
@@ -279,8 +296,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         )),
     }
+}
 
-    // /dev/shm size.
+/// /dev/shm: its size and the NCCL and torch files left in it.
+fn shm(r: &EnvReport, out: &mut Vec<Check>) {
     let container = r.host.container.detected;
     match (r.shm.exists, r.shm.size_bytes) {
         (false, _) => out.push(check("shm-size", Status::Fail, format!("{} is missing", r.shm.dir), "NCCL's SHM transport and proxy pool create files there; without it intranode NCCL fails", &[])),
@@ -350,8 +369,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // SysV: not NCCL's.
+/// SysV segments and NCCL's abstract sockets.
+fn ipc(r: &EnvReport, out: &mut Vec<Check>) {
     out.push(check(
         "sysv-shm",
         Status::Ok,
@@ -379,8 +400,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // NVSHMEM.
+/// NVSHMEM's library and its NCCL settings.
+fn nvshmem(r: &EnvReport, out: &mut Vec<Check>) {
     if r.libraries.nvshmem.is_empty() {
         out.push(check(
             "nvshmem",
@@ -409,7 +432,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
-    if let Some((v, from)) = eff("NVSHMEM_USE_NCCL") {
+    if let Some((v, from)) = eff(r, "NVSHMEM_USE_NCCL") {
         out.push(check(
             "nvshmem-use-nccl",
             Status::Warn,
@@ -418,8 +441,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Processes on the GPUs.
+/// Other processes holding the GPUs.
+fn gpu_processes(r: &EnvReport, out: &mut Vec<Check>) {
     let compute: Vec<_> = r
         .gpu_processes
         .iter()
@@ -442,8 +467,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Limits.
+/// memlock and ptrace limits.
+fn limits(r: &EnvReport, out: &mut Vec<Check>) {
     let memlock = match r.limits.memlock_soft_bytes {
         None => "unlimited".to_string(),
         Some(b) => human_bytes(b),
@@ -468,7 +495,6 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         "NCCL (>= 2.19) passes cuMem handles as file descriptors over its UDS service, which needs no ptrace rights (NCCL src/proxy.cc, ncclProxyServiceUDS, 2.19+); tools that fetch a peer's fd with pidfd_getfd (e.g. PyTorch IPC of expandable segments) need ptrace_scope 0 or CAP_SYS_PTRACE",
         &["https://github.com/pytorch/pytorch/pull/130890"],
     ));
-    out
 }
 
 fn file_name(p: &str) -> &str {
