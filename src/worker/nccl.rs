@@ -1,11 +1,12 @@
 //! The NCCL communicator through cudarc's `nccl::result`/`sys` level: cudarc's safe `Comm` aborts
 //! in its Drop, and the teardown modes need every call to be explicit.
 
-use crate::rules::version::Version;
 use std::ffi::{c_void, CStr};
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::nccl::{result, sys};
+
+use crate::rules::version::Version;
 
 /// A failed NCCL call, by result name (e.g. ncclRemoteError), plus ncclGetLastError's text.
 #[derive(Debug, Clone)]
