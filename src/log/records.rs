@@ -271,35 +271,43 @@ impl Assembler {
         Fed::Taken
     }
 
-    /// A pasted log wraps long lines where the terminal did: the rest of a c10 message lands on
-    /// the next line without the prefixes. Join such a line to the message it continues; any
-    /// other line closes the waiting message.
+    /// A pasted log wraps long lines where the terminal did: the rest of a message lands on the
+    /// next line without the prefixes. Join such a line to the message it continues (a c10 line
+    /// waiting alone, or the message part a traceback or terminate record read last); any other
+    /// line closes a c10 line that waits alone.
     fn soft_wrap(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) -> Option<Fed> {
-        let i = self.open.iter().position(|o| o.soft)?;
-        let o = &mut self.open[i];
-        let last = o.parts.last().map_or(0, |l| l.line);
-        // A wrap at a word boundary often keeps the space it broke at.
-        let broke_at_space = o.parts.last().is_some_and(|l| l.raw.ends_with(' '));
-        if last + 1 == line && o.parts[0].msg.len() < 2048 && continues_wrapped(raw, p, broke_at_space) {
-            let h = &mut o.parts[0];
-            for s in [&mut h.msg, &mut h.raw] {
-                s.truncate(s.trim_end().len());
-                s.push(' ');
-                s.push_str(p.rest);
+        let next = |o: &Open| o.parts.last().is_some_and(|l| l.line + 1 == line);
+        if let Some(o) = self.open.iter_mut().find(|o| next(o) && (o.soft || o.kind != Kind::Wrapped)) {
+            let last = o.parts.last().expect("an open record has a part");
+            // The part that was read last, or the one whose wrap was read last.
+            let m = if last.role == Role::Match {
+                Some(o.parts.len() - 1)
+            } else if last.flags.continuation && last.role == Role::Context {
+                o.parts.iter().rposition(|x| x.role == Role::Match)
+            } else {
+                None
+            };
+            // A wrap at a word boundary often keeps the space it broke at; only a c10 line that
+            // waits alone may go on in upper case (torch's own multi-line messages do).
+            let broke_at_space = o.soft && last.raw.ends_with(' ');
+            if let Some(m) = m.filter(|&m| o.parts[m].msg.len() < 2048) {
+                if (broke_at_space || ends_mid_sentence(&o.parts[m].msg)) && continues_wrapped(raw, p, broke_at_space) {
+                    let h = &mut o.parts[m];
+                    for s in [&mut h.msg, &mut h.raw] {
+                        s.truncate(s.trim_end().len());
+                        s.push(' ');
+                        s.push_str(p.rest);
+                    }
+                    let flags = Flags { continuation: true, ..Flags::default() };
+                    o.push(line, raw, p, Role::Context, p.rest.to_string(), flags);
+                    return Some(Fed::Taken);
+                }
             }
-            o.parts.push(Part {
-                line,
-                raw: raw.to_string(),
-                msg: p.rest.to_string(),
-                origin: Origin::of(p),
-                role: Role::Context,
-                flags: Flags { continuation: true, ..Flags::default() },
-                detail: None,
-            });
-            return Some(Fed::Taken);
         }
-        let o = self.open.remove(i);
-        self.done.push(o.close());
+        if let Some(i) = self.open.iter().position(|o| o.soft) {
+            let o = self.open.remove(i);
+            self.done.push(o.close());
+        }
         None
     }
 
@@ -364,9 +372,12 @@ impl Assembler {
                         Role::Context
                     };
                     if role == Role::Match {
+                        // The evidence shows the signal too: the head alone names no cause.
                         let h = &mut o.parts[0];
-                        h.msg.push_str(" | ");
-                        h.msg.push_str(msg);
+                        for s in [&mut h.msg, &mut h.raw] {
+                            s.push_str(" | ");
+                            s.push_str(msg);
+                        }
                     }
                     o.push(line, raw, p, Role::Context, msg.to_string(), Flags::default());
                     return true;
@@ -526,7 +537,12 @@ fn may_wrap(msg: &str) -> bool {
     }
     let Some(close) = msg.find("] ") else { return false };
     let body = msg[close + 2..].trim_end();
-    body.len() > 20 && (body.bytes().last().is_some_and(|c| c.is_ascii_alphabetic() || c == b',') || msg.ends_with(' '))
+    body.len() > 20 && (ends_mid_sentence(body) || msg.ends_with(' '))
+}
+
+/// Text that stops where a sentence would not: in a word or after a comma.
+fn ends_mid_sentence(msg: &str) -> bool {
+    msg.trim_end().bytes().last().is_some_and(|c| c.is_ascii_alphabetic() || c == b',')
 }
 
 /// The line goes on with a wrapped message: no prefix of its own, not a record or a header, and
@@ -758,6 +774,18 @@ mod tests {
         let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].ends_with("last enqueued NCCL work: 9, last completed NCCL work: 6."), "{m:?}");
+    }
+
+    #[test]
+    fn pasted_wrap_inside_a_terminate_record() {
+        let recs = run(&[
+            "terminate called after throwing an instance of 'c10::DistBackendError'",
+            "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making",
+            "progress in monitoring enqueued collectives.",
+            "Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1234 (most recent call first):",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert!(m.iter().any(|t| t.ends_with("without making progress in monitoring enqueued collectives.")), "{m:?}");
     }
 
     #[test]
