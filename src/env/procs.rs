@@ -1,5 +1,6 @@
-//! Parsers of /proc text files (pure, tested on fixtures) and the scan of live processes' open
-//! files, mappings and sockets.
+//! Parsers of /proc text files (pure, tested on fixtures), the readers of one process's entries
+//! (stat, environ, cmdline, fd) and the scan of live processes' open files, mappings and sockets:
+//! the one copy of /proc for `env`, `clean` and repro's leftovers and stacks.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -237,6 +238,82 @@ pub fn parse_maps_line(line: &str) -> Option<(u32, u32, u64, &str)> {
     Some((maj, min, inode, rest.trim()))
 }
 
+/// The processes under `proc_root` (normally /proc): its numeric entries, with their folders.
+pub fn pids(proc_root: &Path) -> Vec<(i32, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(proc_root) else { return Vec::new() };
+    rd.flatten().filter_map(|e| Some((e.file_name().to_str()?.parse::<i32>().ok()?, e.path()))).collect()
+}
+
+/// The fields of /proc/<pid>/stat used here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub comm: String,
+    /// R, S, D, Z (zombie), X (dead), ...
+    pub state: char,
+    pub pgrp: i32,
+}
+
+/// `pid (comm) state ppid pgrp ...`. The command name may hold spaces and parentheses, so it
+/// ends at the last `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let _ppid = f.next()?;
+    let pgrp = f.next()?.parse().ok()?;
+    Some(Stat { comm, state, pgrp })
+}
+
+/// /proc/<pid>/stat of the process folder `dir`.
+pub fn stat(dir: &Path) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(dir.join("stat")).ok()?)
+}
+
+/// One variable of the environment the process started with (None: unset, or not readable).
+pub fn environ_var(dir: &Path, name: &str) -> Option<String> {
+    let env = std::fs::read(dir.join("environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The process's arguments (none for kernel threads and zombies).
+pub fn cmdline(dir: &Path) -> Vec<String> {
+    let Ok(b) = std::fs::read(dir.join("cmdline")) else { return Vec::new() };
+    let mut args: Vec<String> = b.split(|&c| c == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if args.last().is_some_and(String::is_empty) {
+        args.pop();
+    }
+    args
+}
+
+/// What one of a process's fds points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdTarget {
+    Path(PathBuf),
+    /// `socket:[inode]`
+    Socket(u64),
+    /// pipes, anon inodes, ...
+    Other,
+}
+
+/// The targets of the open fds of the process folder `dir`.
+pub fn fd_targets(dir: &Path) -> std::io::Result<Vec<FdTarget>> {
+    let mut out = Vec::new();
+    for fd in std::fs::read_dir(dir.join("fd"))?.flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+        let t = target.to_string_lossy();
+        let socket = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse().ok());
+        out.push(match socket {
+            Some(ino) => FdTarget::Socket(ino),
+            None if t.starts_with('/') => FdTarget::Path(target),
+            None => FdTarget::Other,
+        });
+    }
+    Ok(out)
+}
+
 /// A live process that holds something we asked about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Holder {
@@ -263,25 +340,22 @@ impl ProcScan {
     /// paths under one of `map_prefixes`, to keep the scan small.
     pub fn scan(proc_root: &Path, map_prefixes: &[PathBuf]) -> ProcScan {
         let mut s = ProcScan::default();
-        let Ok(rd) = std::fs::read_dir(proc_root) else { return s };
         let me = std::process::id() as i32;
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            let dir = e.path();
+        for (pid, dir) in pids(proc_root) {
             let comm = std::fs::read_to_string(dir.join("comm")).map(|c| c.trim().to_string()).unwrap_or_default();
             let holder = Holder { pid, comm };
             s.pids.insert(pid);
-            match std::fs::read_dir(dir.join("fd")) {
+            match fd_targets(&dir) {
                 Ok(fds) => {
-                    for fd in fds.flatten() {
-                        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-                        let t = target.to_string_lossy();
-                        if let Some(ino) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                            if let Ok(ino) = ino.parse() {
+                    for fd in fds {
+                        match fd {
+                            FdTarget::Socket(ino) => {
                                 s.sockets.entry(ino).or_default().insert(holder.clone());
                             }
-                        } else if t.starts_with('/') {
-                            s.fd_paths.entry(target).or_default().insert(holder.clone());
+                            FdTarget::Path(p) => {
+                                s.fd_paths.entry(p).or_default().insert(holder.clone());
+                            }
+                            FdTarget::Other => {}
                         }
                     }
                 }
@@ -365,6 +439,32 @@ fn libc_minor(dev: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_with_a_command_name_holding_spaces_and_parentheses() {
+        let st = parse_stat("4242 (python3 (rank 0)) S 1 4240 4240 0 -1 4194560 ...").unwrap();
+        assert_eq!(st, Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 });
+        assert_eq!(parse_stat("4242 (x) Z 1").map(|s| s.state), None, "no pgrp: not a stat line");
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn one_process_entries_from_a_fake_proc_folder() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("environ"), b"A=1\0RANK=3\0RANKS=x\0").unwrap();
+        std::fs::write(d.path().join("cmdline"), b"python3\0-c\0print(1)\0").unwrap();
+        std::fs::create_dir(d.path().join("fd")).unwrap();
+        std::os::unix::fs::symlink("socket:[99]", d.path().join("fd/3")).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidia0", d.path().join("fd/4")).unwrap();
+        std::os::unix::fs::symlink("pipe:[5]", d.path().join("fd/5")).unwrap();
+        assert_eq!(environ_var(d.path(), "RANK").as_deref(), Some("3"));
+        assert_eq!(environ_var(d.path(), "RAN"), None);
+        assert_eq!(cmdline(d.path()), ["python3", "-c", "print(1)"]);
+        let mut fds = fd_targets(d.path()).unwrap();
+        fds.sort_by_key(|f| format!("{f:?}"));
+        assert_eq!(fds, [FdTarget::Other, FdTarget::Path("/dev/nvidia0".into()), FdTarget::Socket(99)]);
+        assert!(cmdline(&d.path().join("gone")).is_empty());
+    }
 
     #[test]
     fn unix_socket_path_with_spaces_and_unbound() {

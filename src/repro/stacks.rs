@@ -139,10 +139,7 @@ fn is_python(pid: i32, cmd: &str) -> bool {
 
 /// `RANK` from the environment the process was started with (torchrun, our launchers).
 fn env_rank(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(b"RANK="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    crate::env::procs::environ_var(Path::new(&format!("/proc/{pid}")), "RANK")
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
 }
 
