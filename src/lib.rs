@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod commands;
+pub(crate) mod cuda;
 pub mod env;
 mod error;
 pub mod exit;

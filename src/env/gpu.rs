@@ -1,7 +1,9 @@
-//! GPUs through the CUDA driver API (cudarc, loaded at run time). Without a driver this says so
-//! and returns; it never panics (cudarc panics when asked for a library it cannot load).
-use cudarc::driver::{result, sys};
+//! GPUs through the CUDA driver API (crate::cuda, libcuda loaded at run time). Without a driver
+//! this says so and returns; it never panics (cudarc panics when asked for a library it cannot load).
+use cudarc::driver::sys::CUdevice_attribute as Attr;
 use serde::Serialize;
+
+use crate::cuda as cu;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Gpu {
@@ -51,8 +53,7 @@ pub fn probe() -> GpuInfo {
         devices: Vec::new(),
         p2p: Vec::new(),
     };
-    // SAFETY: only tries to dlopen libcuda; no symbol is called.
-    if !unsafe { sys::is_culib_present() } {
+    if !cu::present() {
         info.detail = Some("libcuda.so could not be loaded".into());
         return info;
     }
@@ -88,30 +89,19 @@ pub fn probe() -> GpuInfo {
 type Query = (Option<String>, Vec<Gpu>, Vec<Vec<Option<bool>>>);
 
 fn query() -> Result<Query, String> {
-    result::init().map_err(|e| format!("cuInit failed: {e}"))?;
-    let mut v: std::ffi::c_int = 0;
-    // SAFETY: v is a valid out pointer.
-    let cuda = (unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS)
-        .then(|| format!("{}.{}", v / 1000, (v % 1000) / 10));
-    let n = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    let fail = |e: cu::CuError| e.to_string();
+    cu::init().map_err(fail)?;
+    let cuda = cu::driver_version().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+    let n = cu::device_count().map_err(fail)?;
     let mut devs = Vec::new();
     let mut handles = Vec::new();
     for i in 0..n {
-        let d = result::device::get(i).map_err(|e| format!("cuDeviceGet({i}) failed: {e}"))?;
+        let d = cu::device(i).map_err(|e| format!("device {i}: {e}"))?;
         handles.push(d);
-        let name = result::device::get_name(d).unwrap_or_else(|e| format!("(name unavailable: {e})"));
-        // SAFETY: d is a device handle from cuDeviceGet.
-        let attr = |a| unsafe { result::device::get_attribute(d, a) }.ok();
-        let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-        let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-        // SAFETY: as above.
-        let mem = unsafe { result::device::total_mem(d) }.unwrap_or(0) as u64;
-        let mut bus = [0 as std::ffi::c_char; 32];
-        // SAFETY: the buffer is 32 bytes and we pass its length.
-        let pci = (unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, d) }
-            == sys::CUresult::CUDA_SUCCESS)
-            // SAFETY: the driver wrote a NUL-terminated string into the buffer.
-            .then(|| unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned());
+        let name = cu::device_name(d).unwrap_or_else(|e| format!("(name unavailable: {e})"));
+        let attr = |a| cu::attribute(d, a).ok();
+        let major = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+        let minor = attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
         devs.push(Gpu {
             index: i,
             name,
@@ -119,20 +109,15 @@ fn query() -> Result<Query, String> {
                 (Some(a), Some(b)) => format!("{a}.{b}"),
                 _ => "?".into(),
             },
-            memory_bytes: mem,
-            pci_bus_id: pci,
+            memory_bytes: cu::total_mem(d).unwrap_or(0) as u64,
+            pci_bus_id: cu::pci_bus_id(d).ok(),
         });
     }
     let mut p2p = vec![vec![None; handles.len()]; handles.len()];
     for (i, &a) in handles.iter().enumerate() {
         for (j, &b) in handles.iter().enumerate() {
-            if i == j {
-                continue;
-            }
-            let mut can: std::ffi::c_int = 0;
-            // SAFETY: valid out pointer and device handles.
-            if unsafe { sys::cuDeviceCanAccessPeer(&mut can, a, b) } == sys::CUresult::CUDA_SUCCESS {
-                p2p[i][j] = Some(can != 0);
+            if i != j {
+                p2p[i][j] = cu::can_access_peer(a, b).ok();
             }
         }
     }

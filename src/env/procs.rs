@@ -1,5 +1,8 @@
-//! Parsers of /proc text files (pure, tested on fixtures) and the scan of live processes' open
-//! files, mappings and sockets.
+//! Parsers of /proc text files (pure, tested on fixtures), the readers of one process's entries
+//! (stat, environ, cmdline, fd, maps: through the procfs crate) and the scan of live processes'
+//! open files, mappings and sockets: the one copy of /proc for `env`, `clean` and repro's
+//! leftovers and stacks. /proc/net/unix is parsed here: procfs drops the whole table on one line
+//! it cannot read and cuts paths at a space.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -220,21 +223,88 @@ pub fn parse_os_release(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim().trim_matches('"').to_string())
 }
 
-/// One line of /proc/<pid>/maps: (dev major, dev minor, inode, path).
-pub fn parse_maps_line(line: &str) -> Option<(u32, u32, u64, &str)> {
-    let mut rest = line;
-    let mut fields = [""; 5];
-    for f in fields.iter_mut() {
-        rest = rest.trim_start();
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        *f = &rest[..end];
-        rest = &rest[end..];
+/// The processes under `proc_root` (normally /proc): its numeric entries, with their folders.
+pub fn pids(proc_root: &Path) -> Vec<(i32, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(proc_root) else { return Vec::new() };
+    rd.flatten().filter_map(|e| Some((e.file_name().to_str()?.parse::<i32>().ok()?, e.path()))).collect()
+}
+
+/// The fields of /proc/<pid>/stat used here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub comm: String,
+    /// R, S, D, Z (zombie), X (dead), ...
+    pub state: char,
+    pub pgrp: i32,
+}
+
+/// The process folder `dir` (`/proc/<pid>`, or a copy of one), opened through procfs.
+fn process(dir: &Path) -> std::io::Result<procfs::process::Process> {
+    procfs::process::Process::new_with_root(dir.to_path_buf()).map_err(io_error)
+}
+
+/// procfs's error as the io::Error the callers tell apart (a process that exited: NotFound).
+fn io_error(e: procfs::ProcError) -> std::io::Error {
+    use std::io::{Error, ErrorKind};
+    match e {
+        procfs::ProcError::NotFound(_) => Error::new(ErrorKind::NotFound, e.to_string()),
+        procfs::ProcError::PermissionDenied(_) => Error::new(ErrorKind::PermissionDenied, e.to_string()),
+        procfs::ProcError::Io(io, _) => io,
+        other => Error::other(other.to_string()),
     }
-    let (maj, min) = fields[3].split_once(':')?;
-    let maj = u32::from_str_radix(maj, 16).ok()?;
-    let min = u32::from_str_radix(min, 16).ok()?;
-    let inode: u64 = fields[4].parse().ok()?;
-    Some((maj, min, inode, rest.trim()))
+}
+
+/// /proc/<pid>/stat of the process folder `dir`.
+pub fn stat(dir: &Path) -> Option<Stat> {
+    let s = process(dir).ok()?.stat().ok()?;
+    Some(Stat { comm: s.comm, state: s.state, pgrp: s.pgrp })
+}
+
+/// One variable of the environment the process started with (None: unset, or not readable).
+pub fn environ_var(dir: &Path, name: &str) -> Option<String> {
+    let env = process(dir).ok()?.environ().ok()?;
+    env.get(std::ffi::OsStr::new(name)).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// The process's arguments (none for kernel threads and zombies).
+pub fn cmdline(dir: &Path) -> Vec<String> {
+    process(dir).ok().and_then(|p| p.cmdline().ok()).unwrap_or_default()
+}
+
+/// What one of a process's fds points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdTarget {
+    Path(PathBuf),
+    /// `socket:[inode]`
+    Socket(u64),
+    /// pipes, anon inodes, ...
+    Other,
+}
+
+/// The targets of the open fds of the process folder `dir`.
+pub fn fd_targets(dir: &Path) -> std::io::Result<Vec<FdTarget>> {
+    use procfs::process::FDTarget as T;
+    let fds = process(dir)?.fd().map_err(io_error)?;
+    Ok(fds
+        .flatten()
+        .map(|fd| match fd.target {
+            T::Socket(ino) => FdTarget::Socket(ino),
+            T::Path(p) if p.is_absolute() => FdTarget::Path(p),
+            _ => FdTarget::Other,
+        })
+        .collect())
+}
+
+/// The file mappings of the process folder `dir`: (dev major, dev minor, inode, path).
+fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>> {
+    let maps = process(dir)?.maps().map_err(io_error)?;
+    Ok(maps
+        .into_iter()
+        .filter_map(|m| match m.pathname {
+            procfs::process::MMapPath::Path(p) if m.inode != 0 => Some((m.dev.0 as u32, m.dev.1 as u32, m.inode, p)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// A live process that holds something we asked about.
@@ -263,25 +333,22 @@ impl ProcScan {
     /// paths under one of `map_prefixes`, to keep the scan small.
     pub fn scan(proc_root: &Path, map_prefixes: &[PathBuf]) -> ProcScan {
         let mut s = ProcScan::default();
-        let Ok(rd) = std::fs::read_dir(proc_root) else { return s };
         let me = std::process::id() as i32;
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            let dir = e.path();
+        for (pid, dir) in pids(proc_root) {
             let comm = std::fs::read_to_string(dir.join("comm")).map(|c| c.trim().to_string()).unwrap_or_default();
             let holder = Holder { pid, comm };
             s.pids.insert(pid);
-            match std::fs::read_dir(dir.join("fd")) {
+            match fd_targets(&dir) {
                 Ok(fds) => {
-                    for fd in fds.flatten() {
-                        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-                        let t = target.to_string_lossy();
-                        if let Some(ino) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                            if let Ok(ino) = ino.parse() {
+                    for fd in fds {
+                        match fd {
+                            FdTarget::Socket(ino) => {
                                 s.sockets.entry(ino).or_default().insert(holder.clone());
                             }
-                        } else if t.starts_with('/') {
-                            s.fd_paths.entry(target).or_default().insert(holder.clone());
+                            FdTarget::Path(p) => {
+                                s.fd_paths.entry(p).or_default().insert(holder.clone());
+                            }
+                            FdTarget::Other => {}
                         }
                     }
                 }
@@ -295,11 +362,10 @@ impl ProcScan {
                     }
                 }
             }
-            match std::fs::read_to_string(dir.join("maps")) {
+            match mapped_files(&dir) {
                 Ok(maps) => {
-                    for line in maps.lines() {
-                        let Some((maj, min, ino, path)) = parse_maps_line(line) else { continue };
-                        if ino != 0 && map_prefixes.iter().any(|p| Path::new(path).starts_with(p)) {
+                    for (maj, min, ino, path) in maps {
+                        if map_prefixes.iter().any(|p| path.starts_with(p)) {
                             s.mapped.entry((maj, min, ino)).or_default().insert(holder.clone());
                         }
                     }
@@ -367,6 +433,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_process_entries_from_a_fake_proc_folder() {
+        // procfs takes the pid from the folder's name.
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("4242");
+        std::fs::create_dir(&d).unwrap();
+        let d = Dir(d);
+        std::fs::write(d.path().join("stat"), "4242 (python3 (rank 0)) S 1 4240 4240 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 17 0 0 0 0 0 0\n").unwrap();
+        std::fs::write(d.path().join("environ"), b"A=1\0RANK=3\0RANKS=x\0").unwrap();
+        std::fs::write(d.path().join("cmdline"), b"python3\0-c\0print(1)\0").unwrap();
+        std::fs::create_dir(d.path().join("fd")).unwrap();
+        std::os::unix::fs::symlink("socket:[99]", d.path().join("fd/3")).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidia0", d.path().join("fd/4")).unwrap();
+        std::os::unix::fs::symlink("pipe:[5]", d.path().join("fd/5")).unwrap();
+        assert_eq!(environ_var(d.path(), "RANK").as_deref(), Some("3"));
+        assert_eq!(environ_var(d.path(), "RAN"), None);
+        assert_eq!(cmdline(d.path()), ["python3", "-c", "print(1)"]);
+        let mut fds = fd_targets(d.path()).unwrap();
+        fds.sort_by_key(|f| format!("{f:?}"));
+        assert_eq!(fds, [FdTarget::Other, FdTarget::Path("/dev/nvidia0".into()), FdTarget::Socket(99)]);
+        assert!(cmdline(&root.path().join("4243")).is_empty());
+        // The command name may hold spaces and parentheses.
+        assert_eq!(stat(d.path()), Some(Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 }));
+    }
+
+    struct Dir(PathBuf);
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    #[test]
     fn unix_socket_path_with_spaces_and_unbound() {
         let t = "Num       RefCount Protocol Flags    Type St Inode Path\n\
                  0000000099ac2404: 00000003 00000000 00000000 0001 03  1501\n\
@@ -379,15 +477,6 @@ mod tests {
         assert_eq!(v[1].path.as_deref(), Some("@/tmp/nccl-socket-0-2a3f"));
         assert!(crate::os::is_nccl_socket(v[1].path.as_deref().unwrap()));
         assert_eq!(v[2].path.as_deref(), Some("/run/my sock"));
-    }
-
-    #[test]
-    fn maps_line() {
-        let l = "7f1c2a000000-7f1c2a400000 rw-s 00000000 00:1a 4242                       /dev/shm/nccl-AbC123";
-        assert_eq!(parse_maps_line(l), Some((0, 0x1a, 4242, "/dev/shm/nccl-AbC123")));
-        let anon = "7ffd1c5f2000-7ffd1c613000 rw-p 00000000 00:00 0                          [stack]";
-        assert_eq!(parse_maps_line(anon).unwrap().2, 0);
-        assert_eq!(parse_maps_line("nonsense"), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use comfy_table::{presets, ContentArrangement, Table};
 
 use super::markdown::{heading, inline, table, Md};
 use crate::repro::compare::{effect_line, site_line};
-use crate::repro::matrix::AxisKind;
+use crate::repro::result::AxisKind;
 use crate::repro::result::{Cell, CellStatus, Run, RunStatus};
 
 fn f1(x: f64) -> String {

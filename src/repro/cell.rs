@@ -14,14 +14,13 @@ use regex::Regex;
 use super::launch::{self, Interrupts, Limits, Spec};
 use super::leftovers::{self, Leftovers, Membership};
 use super::markers::{self, RankMarkers};
-use super::matrix::{AxisKind, CellPlan, Plan, Workload};
-use super::result::{Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
+use super::matrix::{CellPlan, Plan, Workload};
+use super::result::{AxisKind, Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
 use super::slurm::Stops;
 use super::stacks;
+use super::CELL_ENV;
 use crate::rules::Engine;
 
-/// Names the cell's processes (and their children) in their environment; the value is the cell folder.
-pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 /// How long exiting processes get before they count as left behind.
 const SETTLE: Duration = Duration::from_millis(500);
 const KILL_WAIT: Duration = Duration::from_secs(5);

@@ -3,9 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
-use super::result::{AxisOut, Cell, CellStatus};
+use super::result::{AxisOut, Cell, CellStatus, Change, Effect, Site};
 
 /// Outcomes are compared like rules, under these names.
 pub fn outcome_items(c: &Cell) -> Vec<String> {
@@ -17,44 +15,6 @@ pub fn outcome_items(c: &Cell) -> Vec<String> {
         v.push("outcome:leftovers".into());
     }
     v
-}
-
-/// One axis value against the axis' first value, everything else held equal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Effect {
-    pub axis: String,
-    pub value: String,
-    pub baseline: String,
-    /// Pairs of cells compared (one per setting of the other axes where both ran).
-    pub comparisons: usize,
-    pub appear: Vec<Change>,
-    pub vanish: Vec<Change>,
-    /// WARN lines summed over the compared cells (mean over repeats).
-    pub warn_baseline: f64,
-    pub warn_value: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Change {
-    /// A rule id, or `outcome:hang` / `outcome:failed` / `outcome:leftovers`.
-    pub item: String,
-    /// The settings of the other axes where it changed ("" when there are no other axes).
-    pub contexts: Vec<String>,
-}
-
-/// Where one rule or outcome was seen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Site {
-    pub item: String,
-    /// Settings (cells without repeats) where it was seen, out of `total` compared.
-    pub fired: usize,
-    pub total: usize,
-    /// Axis values shared by every setting where it was seen (and not by all settings).
-    pub when: Vec<(String, String)>,
-    /// It was seen in every setting that has those values: "exactly when".
-    pub exact: bool,
-    /// Labels of the settings where it was seen.
-    pub settings: Vec<String>,
 }
 
 struct Group {
@@ -229,8 +189,7 @@ mod tests {
     use super::*;
     use crate::model::Severity;
     use crate::repro::leftovers::Leftovers;
-    use crate::repro::matrix::AxisKind;
-    use crate::repro::result::{AxisValueOut, RuleHit};
+    use crate::repro::result::{AxisKind, AxisValueOut, RuleHit};
 
     fn axis(name: &str, labels: &[&str]) -> AxisOut {
         AxisOut {

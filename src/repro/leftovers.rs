@@ -6,12 +6,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use procfs::process::{FDTarget, Process};
-use procfs::FromBufRead;
 use serde::{Deserialize, Serialize};
 
 use super::launch::{signal_group, HARNESS_PREFIX};
 
+use crate::env::procs::{self, FdTarget};
 use crate::os::{is_gpu_node, is_nccl_shm, is_nccl_socket};
 
 /// How a process is recognised as the cell's: its process group, or this variable in its environment
@@ -131,17 +130,14 @@ fn shm_files(dir: &Path) -> HashMap<String, u64> {
 
 /// (inode, name) of every abstract NCCL socket in this network namespace.
 fn nccl_sockets() -> Vec<(u64, String)> {
-    let Ok(f) = std::fs::File::open("/proc/net/unix") else { return Vec::new() };
-    parse_sockets(std::io::BufReader::new(f))
+    parse_sockets(&std::fs::read_to_string("/proc/net/unix").unwrap_or_default())
 }
 
-fn parse_sockets<R: std::io::BufRead>(r: R) -> Vec<(u64, String)> {
-    let Ok(entries) = procfs::net::UnixNetEntries::from_buf_read(r) else { return Vec::new() };
-    entries
-        .0
+fn parse_sockets(text: &str) -> Vec<(u64, String)> {
+    procs::parse_net_unix(text)
         .into_iter()
         .filter_map(|e| {
-            let p = e.path?.to_string_lossy().into_owned();
+            let p = e.path?;
             is_nccl_socket(&p).then_some((e.inode, p))
         })
         .collect()
@@ -180,40 +176,24 @@ pub fn held_sockets(procs: &[LeftoverProcess]) -> Vec<String> {
 /// Live (not zombie) processes that belong to the cell, except epdoctor itself.
 pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
     let me = std::process::id() as i32;
-    let Ok(all) = procfs::process::all_processes() else { return Vec::new() };
     let mut out = Vec::new();
-    for p in all.flatten() {
-        if p.pid == me {
+    for (pid, dir) in procs::pids(Path::new("/proc")) {
+        if pid == me {
             continue;
         }
-        let Ok(stat) = p.stat() else { continue };
+        let Some(stat) = procs::stat(&dir) else { continue };
         if matches!(stat.state, 'Z' | 'X' | 'x') {
             continue;
         }
         let member = m.pgids.contains(&stat.pgrp)
-            || m.env.as_ref().is_some_and(|(k, want)| {
-                p.environ()
-                    .is_ok_and(|env| env.get(std::ffi::OsStr::new(k)).is_some_and(|v| v.to_string_lossy() == *want))
-            });
+            || m.env.as_ref().is_some_and(|(k, want)| procs::environ_var(&dir, k).is_some_and(|v| v == *want));
         if !member {
             continue;
         }
-        let cmd = p
-            .cmdline()
-            .ok()
-            .filter(|c| !c.is_empty())
-            .map(|c| one_line(&c.join(" ")))
-            .unwrap_or_else(|| format!("[{}]", stat.comm));
-        let (gpu, socket_inodes) = open_files(&p);
-        out.push(LeftoverProcess {
-            pid: p.pid,
-            pgid: stat.pgrp,
-            cmd,
-            gpu,
-            survived_kill: false,
-            node: None,
-            socket_inodes,
-        });
+        let args = procs::cmdline(&dir);
+        let cmd = if args.is_empty() { format!("[{}]", stat.comm) } else { one_line(&args.join(" ")) };
+        let (gpu, socket_inodes) = open_files(&dir);
+        out.push(LeftoverProcess { pid, pgid: stat.pgrp, cmd, gpu, survived_kill: false, node: None, socket_inodes });
     }
     out.sort_by_key(|p| p.pid);
     out
@@ -230,16 +210,16 @@ fn one_line(cmd: &str) -> String {
     }
 }
 
-/// The GPU device nodes and the sockets a process has open.
-fn open_files(p: &Process) -> (Vec<String>, Vec<u64>) {
+/// The GPU device nodes and the sockets a process (its /proc folder) has open.
+fn open_files(dir: &Path) -> (Vec<String>, Vec<u64>) {
     let (mut devs, mut socks) = (Vec::new(), Vec::new());
-    let Ok(fds) = p.fd() else { return (devs, socks) };
-    for fd in fds.flatten() {
-        match fd.target {
-            FDTarget::Path(path) if is_gpu_node(&path.to_string_lossy()) => {
+    let Ok(fds) = procs::fd_targets(dir) else { return (devs, socks) };
+    for fd in fds {
+        match fd {
+            FdTarget::Path(path) if is_gpu_node(&path.to_string_lossy()) => {
                 devs.push(path.to_string_lossy().into_owned())
             }
-            FDTarget::Socket(inode) => socks.push(inode),
+            FdTarget::Socket(inode) => socks.push(inode),
             _ => {}
         }
     }
@@ -295,9 +275,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_nodes() {}
-
-    #[test]
     fn command_lines_stay_on_one_line() {
         assert_eq!(one_line("python3 -c \nimport x\n\tx.run()"), "python3 -c  import x  x.run()");
         assert_eq!(one_line(&"a".repeat(500)).len(), 403);
@@ -310,10 +287,11 @@ Num       RefCount Protocol Flags    Type St Inode Path
 0000000000000000: 00000002 00000000 00010000 0001 01 31337 @/tmp/nccl-socket-0-deadbeef
 0000000000000000: 00000002 00000000 00010000 0001 01 31338 /run/systemd/notify
 0000000000000000: 00000003 00000000 00000000 0001 03 31339
+garbage line that must not hide the others
 0000000000000000: 00000002 00000000 00010000 0001 01 31340 @nccl-socket-1-cafe
 ";
         assert_eq!(
-            parse_sockets(text.as_bytes()),
+            parse_sockets(text),
             vec![(31337, "@/tmp/nccl-socket-0-deadbeef".to_string()), (31340, "@nccl-socket-1-cafe".to_string())],
             "both names NCCL's UDS service uses (env sees both, so must repro)"
         );
@@ -332,7 +310,7 @@ Num       RefCount Protocol Flags    Type St Inode Path
         let name = format!("/tmp/nccl-socket-epdoctor-test-{}", std::process::id());
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
-        let (_, socket_inodes) = open_files(&Process::myself().unwrap());
+        let (_, socket_inodes) = open_files(Path::new("/proc/self"));
         let me = LeftoverProcess { socket_inodes, ..Default::default() };
         assert!(held_sockets(&[me]).contains(&format!("@{name}")));
         assert!(held_sockets(&[LeftoverProcess::default()]).is_empty(), "held by nobody of the cell");

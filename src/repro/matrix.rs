@@ -4,20 +4,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::bail;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use super::result::AxisKind;
 
 /// Teardown modes of the built-in worker, in the order the default matrix runs them. The worker's
 /// list is the one list; `--teardown` is checked against it here, before anything runs.
 pub fn teardown_mode_names() -> impl Iterator<Item = &'static str> {
     crate::worker::Teardown::ALL.into_iter().map(|m| m.name())
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AxisKind {
-    NcclLib,
-    Teardown,
-    Env,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -254,7 +248,7 @@ pub fn parse_env_axis(spec: &str) -> anyhow::Result<Axis> {
     if !valid {
         bail!("--env {spec:?}: {name:?} is not a variable name (letters, digits, _; not starting with a digit)");
     }
-    if name == super::cell::CELL_ENV {
+    if name == super::CELL_ENV {
         bail!("--env {spec:?}: {name} marks the cell's processes for the harness and cannot be an axis");
     }
     let mut vals: Vec<String> = Vec::new();

@@ -29,10 +29,12 @@ use crate::error::Typed;
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
-use matrix::{AxisKind, Plan, Workload};
-use result::{AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
+use matrix::{Plan, Workload};
+use result::{AxisKind, AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 
 pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
+/// Names the cell's processes (and their children) in their environment; the value is the cell folder.
+pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {

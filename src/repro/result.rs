@@ -50,9 +50,9 @@ pub struct Run {
     pub cells_planned: usize,
     pub cells: Vec<Cell>,
     #[serde(default)]
-    pub effects: Vec<super::compare::Effect>,
+    pub effects: Vec<Effect>,
     #[serde(default)]
-    pub where_fired: Vec<super::compare::Site>,
+    pub where_fired: Vec<Site>,
     /// What `lint` finds in the command's Python scripts, before any cell runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lint: Vec<crate::model::Finding>,
@@ -67,7 +67,7 @@ impl Run {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AxisOut {
     pub name: String,
-    pub kind: super::matrix::AxisKind,
+    pub kind: AxisKind,
     pub values: Vec<AxisValueOut>,
 }
 
@@ -205,7 +205,7 @@ pub struct Cell {
     pub rank_errors: Vec<super::torchrun::RankError>,
     /// The stack of every process still running at the deadline.
     #[serde(default)]
-    pub stacks: Vec<super::stacks::ProcStack>,
+    pub stacks: Vec<ProcStack>,
 }
 
 impl Cell {
@@ -213,4 +213,69 @@ impl Cell {
     pub fn comparable(&self) -> bool {
         !matches!(self.status, CellStatus::Interrupted | CellStatus::LaunchError) && self.explain_error.is_none()
     }
+}
+
+/// What an axis varies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AxisKind {
+    NcclLib,
+    Teardown,
+    Env,
+}
+
+/// One axis value against the axis' first value, everything else held equal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Effect {
+    pub axis: String,
+    pub value: String,
+    pub baseline: String,
+    /// Pairs of cells compared (one per setting of the other axes where both ran).
+    pub comparisons: usize,
+    pub appear: Vec<Change>,
+    pub vanish: Vec<Change>,
+    /// WARN lines summed over the compared cells (mean over repeats).
+    pub warn_baseline: f64,
+    pub warn_value: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// A rule id, or `outcome:hang` / `outcome:failed` / `outcome:leftovers`.
+    pub item: String,
+    /// The settings of the other axes where it changed ("" when there are no other axes).
+    pub contexts: Vec<String>,
+}
+
+/// Where one rule or outcome was seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    pub item: String,
+    /// Settings (cells without repeats) where it was seen, out of `total` compared.
+    pub fired: usize,
+    pub total: usize,
+    /// Axis values shared by every setting where it was seen (and not by all settings).
+    pub when: Vec<(String, String)>,
+    /// It was seen in every setting that has those values: "exactly when".
+    pub exact: bool,
+    /// Labels of the settings where it was seen.
+    pub settings: Vec<String>,
+}
+
+/// What one process was doing at the deadline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcStack {
+    /// `0`, `1` (the worker's label, or RANK from the process's environment), or `pid N`.
+    pub rank: String,
+    pub pid: i32,
+    pub cmd: String,
+    /// `py-spy`, `eu-stack`, `gdb` or `proc`.
+    pub tool: String,
+    /// The main thread, folded: where it waits.
+    pub waits: String,
+    /// Other threads inside NCCL, c10d, NVSHMEM or DeepEP, folded (`name: chain`).
+    #[serde(default)]
+    pub others: Vec<String>,
+    /// The raw stacks, relative to the cell folder.
+    pub raw: String,
 }

@@ -200,7 +200,7 @@ impl Allocation {
         ])
         .collect();
         // The probe itself must not carry the cell's tag.
-        let env = BTreeMap::from([(super::cell::CELL_ENV.to_string(), None)]);
+        let env = BTreeMap::from([(super::CELL_ENV.to_string(), None)]);
         let spec = Spec {
             label: "leftovers-probe".into(),
             program: "srun".into(),
@@ -420,7 +420,7 @@ fn task_list(s: &str) -> Vec<usize> {
 /// NCCL sockets they hold, the NCCL /dev/shm files modified since `since`.
 pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
     use super::leftovers as lo;
-    let m = lo::Membership { pgids: Vec::new(), env: Some((super::cell::CELL_ENV.into(), cell.into())) };
+    let m = lo::Membership { pgids: Vec::new(), env: Some((super::CELL_ENV.into(), cell.into())) };
     // Longer than the local settle: the step's processes on this node get scancel's signal through
     // slurmstepd, a moment after srun has already returned.
     let mut procs: Vec<LeftoverProcess> = lo::settle(&m, Duration::from_secs(2));

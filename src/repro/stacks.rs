@@ -11,11 +11,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
+
 use std::sync::LazyLock;
 
 use super::leftovers::LeftoverProcess;
-use super::result::Hung;
+use super::result::{Hung, ProcStack};
 
 pub const STACKS_DIR: &str = "stacks";
 pub const STACKS_LOG: &str = "stacks.log";
@@ -26,24 +26,6 @@ pub const TOOLS_ENV: &str = "EPDOCTOR_STACK_TOOLS";
 const TOOL_LIMIT: Duration = Duration::from_secs(30);
 /// Frames kept before the caller's own line when a chain is long.
 const MAX_FRAMES: usize = 8;
-
-/// What one process was doing at the deadline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcStack {
-    /// `0`, `1` (the worker's label, or RANK from the process's environment), or `pid N`.
-    pub rank: String,
-    pub pid: i32,
-    pub cmd: String,
-    /// `py-spy`, `eu-stack`, `gdb` or `proc`.
-    pub tool: String,
-    /// The main thread, folded: where it waits.
-    pub waits: String,
-    /// Other threads inside NCCL, c10d, NVSHMEM or DeepEP, folded (`name: chain`).
-    #[serde(default)]
-    pub others: Vec<String>,
-    /// The raw stacks, relative to the cell folder.
-    pub raw: String,
-}
 
 /// Everything a capture produced.
 #[derive(Debug, Default)]
@@ -139,10 +121,7 @@ fn is_python(pid: i32, cmd: &str) -> bool {
 
 /// `RANK` from the environment the process was started with (torchrun, our launchers).
 fn env_rank(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(b"RANK="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    crate::env::procs::environ_var(Path::new(&format!("/proc/{pid}")), "RANK")
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
 }
 

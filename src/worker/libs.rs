@@ -71,9 +71,9 @@ pub fn loaded_nccl_files() -> Vec<PathBuf> {
 
 /// One line naming every missing library, or Ok.
 pub fn check_present(need_nccl: bool) -> Result<()> {
-    // SAFETY: these only dlopen/dlclose candidate names.
-    let cuda = unsafe { cudarc::driver::sys::is_culib_present() };
+    let cuda = crate::cuda::present();
     let nvrtc = kernels::nvrtc_present();
+    // SAFETY: only dlopen/dlclose of candidate names.
     let nccl = !need_nccl || unsafe { cudarc::nccl::sys::is_culib_present() };
     let mut missing = Vec::new();
     if !cuda {

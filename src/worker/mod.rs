@@ -5,7 +5,6 @@
 //! against a CPU reference, a bandwidth pass against a device-to-device copy, then one of the
 //! teardown modes. Every event is a `[epdoctor] rank=R ...` line on stdout (docs/workload.md).
 
-mod cu;
 pub mod kernels;
 pub(crate) mod libs;
 mod nccl;
@@ -19,10 +18,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
 
+use crate::cuda::{self as cu, CuError};
 use crate::repro::markers;
 use crate::rules::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
 use crate::rules::version::Version;
-use cu::CuError;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
 use workload::{Layout, Shape, SignalLayout};

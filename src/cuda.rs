@@ -1,5 +1,6 @@
-//! The few CUDA driver calls the worker makes, over cudarc's `sys` level. No RAII: every release
-//! is an explicit step of a teardown mode, so that leaking on purpose is possible.
+//! The CUDA driver calls epdoctor makes (env's GPU probe, the worker), over cudarc's `sys` level,
+//! the one wrapper layer. No RAII: every release is an explicit step of a worker's teardown mode,
+//! so that leaking on purpose is possible.
 
 use std::ffi::{c_void, CStr};
 
@@ -54,6 +55,12 @@ fn ck(call: &'static str, r: CUresult) -> CuResult<()> {
     }
 }
 
+/// Whether libcuda can be loaded at all (cudarc panics on the first call otherwise).
+pub fn present() -> bool {
+    // SAFETY: only tries to dlopen libcuda; no symbol is called.
+    unsafe { sys::is_culib_present() }
+}
+
 pub fn init() -> CuResult<()> {
     // SAFETY: plain driver call.
     ck("cuInit", unsafe { sys::cuInit(0) })
@@ -93,6 +100,19 @@ pub fn pci_bus_id(dev: sys::CUdevice) -> CuResult<String> {
     let mut buf = [0 as std::ffi::c_char; 64];
     ck("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) })?;
     Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+pub fn total_mem(dev: sys::CUdevice) -> CuResult<usize> {
+    let mut b = 0;
+    ck("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut b, dev) })?;
+    Ok(b)
+}
+
+/// Can `a` access `b`'s memory (peer access)?
+pub fn can_access_peer(a: sys::CUdevice, b: sys::CUdevice) -> CuResult<bool> {
+    let mut can = 0;
+    ck("cuDeviceCanAccessPeer", unsafe { sys::cuDeviceCanAccessPeer(&mut can, a, b) })?;
+    Ok(can != 0)
 }
 
 /// Retain the device's primary context (what the CUDA runtime and PyTorch use) and make it current.
