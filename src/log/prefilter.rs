@@ -35,6 +35,8 @@ const MIN_FACTOR: usize = 3;
 const MAX_FACTORS: usize = 3;
 /// Distinct literals tracked per line; a line with more takes the full matcher.
 const PRESENT: usize = 32;
+/// Words of the bit set of literals present (literal ids past `64 * BITS` are looked up in a list).
+const BITS: usize = 16;
 
 /// A literal; `ci`: ASCII case-insensitive, stored lowercase.
 type Lit = (Vec<u8>, bool);
@@ -170,6 +172,13 @@ impl Prefilter {
         if first.is_match(hay) {
             let mut present = [0u32; PRESENT];
             let mut n = 0;
+            // The same, as bits for the first `64 * BITS` literal ids: the factor checks below
+            // test membership many times per line.
+            let mut bits = [0u64; BITS];
+            let has = |bits: &[u64; BITS], present: &[u32], x: u32| match bits.get(x as usize / 64) {
+                Some(w) => w >> (x % 64) & 1 == 1,
+                None => present.contains(&x),
+            };
             for m in ac.find_overlapping_iter(hay) {
                 let id = m.pattern().as_usize();
                 let lit = &self.lits[id];
@@ -180,7 +189,7 @@ impl Prefilter {
                     return Reach::Any;
                 }
                 let id = id as u32;
-                if present[..n].contains(&id) {
+                if has(&bits, &present[..n], id) {
                     continue;
                 }
                 if n == PRESENT {
@@ -188,12 +197,18 @@ impl Prefilter {
                 }
                 present[n] = id;
                 n += 1;
+                if let Some(w) = bits.get_mut(id as usize / 64) {
+                    *w |= 1 << (id % 64);
+                }
             }
             let present = &present[..n];
             for &id in present {
                 for &p in &self.users[id as usize] {
-                    if self.factors[p as usize].iter().all(|f| f.iter().any(|x| present.contains(x))) {
-                        out.push(self.pattern_of[p as usize] as usize);
+                    let pat = self.pattern_of[p as usize] as usize;
+                    if !out.contains(&pat)
+                        && self.factors[p as usize].iter().all(|f| f.iter().any(|&x| has(&bits, present, x)))
+                    {
+                        out.push(pat);
                     }
                 }
             }
