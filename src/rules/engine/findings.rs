@@ -9,6 +9,11 @@ use super::{Engine, Options};
 use crate::model::{Finding, Severity};
 
 impl Engine {
+    /// Whether a rule that fired excludes rule `r`.
+    fn excluded(&self, r: usize, fired: &BTreeSet<usize>) -> bool {
+        self.rules[r].def.excludes.iter().any(|id| fired.iter().any(|&x| self.rules[x].def.id == *id))
+    }
+
     /// Every group's hits filed under the rule that wins it (version gates first, then
     /// requires/excludes against the rules that can fire); the rest are unexplained.
     pub(crate) fn group(&self, st: &mut State, allowed: &[bool], opts: &Options) -> Grouped {
@@ -18,7 +23,7 @@ impl Engine {
                     && fired.is_none_or(|f| {
                         let d = &self.rules[r].def;
                         d.requires.iter().all(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
-                            && !d.excludes.iter().any(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
+                            && !self.excluded(r, f)
                     })
             })
         };
@@ -36,6 +41,9 @@ impl Engine {
                     a.who.extend(g.who);
                     a.hits.extend(g.sample);
                     a.hits.extend(g.earliest_ts);
+                }
+                None if cands.iter().any(|&r| allowed[r] && self.excluded(r, &fired0)) => {
+                    // A rule that fired explains these lines better (an interrupt explains the cleanup).
                 }
                 None => {
                     // Every candidate was gated out: these lines are unexplained if they are warnings.

@@ -34,9 +34,11 @@ impl Engine {
         }
     }
 
-    /// `needs_success` rules: benign only on a run seen to succeed.
+    /// `needs_success` and `success_seen` rules: benign only on a run seen to succeed.
     pub(crate) fn apply_outcome(&self, findings: &mut [Cand], outcome: RunOutcome) {
-        for c in findings.iter_mut().filter(|c| self.rules[c.rule].def.needs_success) {
+        for c in
+            findings.iter_mut().filter(|c| self.rules[c.rule].def.needs_success || self.rules[c.rule].def.success_seen)
+        {
             match outcome {
                 RunOutcome::Succeeded => {}
                 RunOutcome::Failed => {
@@ -44,6 +46,15 @@ impl Engine {
                     c.finding.severity = c.finding.severity.max(Severity::Warning);
                     c.symptom = true;
                     c.finding.context = Some("the run failed, so this is not the harmless case: it may be why".into());
+                }
+                RunOutcome::Unknown if self.rules[c.rule].def.success_seen => {
+                    c.finding.benign = false;
+                    c.finding.severity = c.finding.severity.max(Severity::Warning);
+                    c.finding.context = Some(
+                        "harmless only if the run completed, and the log shows neither a success nor a failure \
+                         line: check the job's exit status and last output"
+                            .into(),
+                    );
                 }
                 RunOutcome::Unknown => {
                     c.finding.context = Some(
