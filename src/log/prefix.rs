@@ -77,6 +77,11 @@ fn head(s: &str, n: usize) -> &str {
     &s[..n]
 }
 
+/// Bytes at the start of `s` that a host or service name may hold (`[A-Za-z0-9._-]`).
+fn name_len(s: &str) -> usize {
+    s.bytes().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')).count()
+}
+
 fn after_ws(s: &str) -> &str {
     s.trim_start_matches([' ', '\t'])
 }
@@ -349,6 +354,13 @@ fn syslog<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
 
 /// docker compose: `trainer-1  | ` (v2) or `trainer_1  | ` (v1).
 fn compose(s: &str) -> Option<&str> {
+    // The name runs up to the first byte outside it, which must be the whitespace before ` | `:
+    // an NCCL head (`host:pid:tid`) is turned away here, before any search.
+    match s.as_bytes().get(name_len(s)) {
+        Some(&c) if c.is_ascii() && c != b' ' && !(b'\t'..=b'\r').contains(&c) => return None,
+        None => return None,
+        _ => {}
+    }
     let bar = head(s, 80).find(" | ").or_else(|| head(s, 80).find(" |\t"))?;
     let name = s[..bar].trim_end();
     let (base, n) = name.rsplit_once(['-', '_'])?;
@@ -364,11 +376,12 @@ fn compose(s: &str) -> Option<&str> {
 /// pdsh / deepspeed's multi-node launcher: `host: ` in front of a line that itself starts with a
 /// prefix or an NCCL head. Alone, `word: ` is far more often a message (`RuntimeError: ...`).
 fn pdsh<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
-    let colon = head(s, 64).find(": ")?;
-    let host = &s[..colon];
-    if !host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+    // The host is a name, then `: ` within the first 64 bytes.
+    let colon = name_len(s);
+    if colon + 2 > 64 || !s[colon..].starts_with(": ") {
         return None;
     }
+    let host = &s[..colon];
     // An exception name is not a host.
     if host.ends_with("Error") || host.ends_with("Exception") || host.ends_with("Warning") {
         return None;

@@ -99,6 +99,8 @@ pub struct Engine {
     /// the set would not compile, e.g. over the size limit; each pattern is then run on its own.)
     unicode_set: OnceLock<Option<RegexSet>>,
     pats: Vec<String>,
+    /// Each pattern alone, as in `ascii_set`; compiled when the prefilter first names it.
+    singles: Vec<OnceLock<Option<regex::bytes::Regex>>>,
     slots: Vec<Slot>,
     nccl_version_re: Regex,
     torch_version_re: Regex,
@@ -173,6 +175,7 @@ impl Engine {
             sites_db,
             ascii_set,
             unicode_set,
+            singles: pats.iter().map(|_| OnceLock::new()).collect(),
             pats,
             slots,
             nccl_version_re,

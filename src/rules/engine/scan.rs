@@ -82,6 +82,8 @@ impl Engine {
         let mut reader = log::open(input, *budget)?;
         let name = input.name();
         let mut src = SourceState::new(si);
+        // The patterns the prefilter says can match a line (reused from line to line).
+        let mut reach = Vec::new();
         loop {
             let big = big || reader.bytes_read >= self.big_input;
             let raw = match reader.next_line() {
@@ -102,18 +104,15 @@ impl Engine {
                 // stripped once, for the prefilter and the matcher.
                 if !line.is_empty() {
                     let p = log::strip_prefixes(line);
-                    if !big || src.records.is_open() || self.prefilter().may_matter_stripped(line, p.rest) {
-                        self.prefixed_line(st, &mut src, line, p);
-                    }
+                    let ask = big && !src.records.is_open();
+                    self.asked_line(st, &mut src, line, p, ask, &mut reach);
                 }
             } else {
                 let line = log::clean_line(raw);
                 if !line.is_empty() {
                     let p = log::strip_prefixes(&line);
                     let ask = big && line.is_ascii() && !src.records.is_open();
-                    if !ask || self.prefilter().may_matter_stripped(&line, p.rest) {
-                        self.prefixed_line(st, &mut src, &line, p);
-                    }
+                    self.asked_line(st, &mut src, &line, p, ask, &mut reach);
                 }
             }
         }
@@ -122,15 +121,44 @@ impl Engine {
         Ok(())
     }
 
-    /// One physical line: prefixes stripped, joined into records, every record matched.
-    pub(crate) fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
-        if !raw.is_empty() {
-            self.prefixed_line(st, src, raw, log::strip_prefixes(raw));
+    /// `prefixed_line`, after the prefilter when `ask`: a line no pattern can match is skipped,
+    /// and one that only some can match is matched against those alone.
+    pub(crate) fn asked_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        raw: &str,
+        p: log::Prefixed<'_>,
+        ask: bool,
+        reach: &mut Vec<usize>,
+    ) {
+        if !ask {
+            return self.prefixed_line(st, src, raw, p, None);
+        }
+        match self.prefilter().reach(p.rest, reach) {
+            log::Reach::Nothing => {}
+            log::Reach::Some => self.prefixed_line(st, src, raw, p, Some(reach)),
+            log::Reach::Any => self.prefixed_line(st, src, raw, p, None),
         }
     }
 
-    /// `line` once its prefixes are stripped (`p`); `raw` is not empty.
-    pub(crate) fn prefixed_line(&self, st: &mut State, src: &mut SourceState, raw: &str, p: log::Prefixed<'_>) {
+    /// One physical line: prefixes stripped, joined into records, every record matched.
+    pub(crate) fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
+        if !raw.is_empty() {
+            self.prefixed_line(st, src, raw, log::strip_prefixes(raw), None);
+        }
+    }
+
+    /// `line` once its prefixes are stripped (`p`); `raw` is not empty. `only`: the patterns
+    /// that alone can match it (the prefilter's answer), if known.
+    pub(crate) fn prefixed_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        raw: &str,
+        p: log::Prefixed<'_>,
+        only: Option<&[usize]>,
+    ) {
         self.split_version(st, src, p.rest);
         let fed = src.records.feed(src.lines, raw, &p);
         for rec in src.records.take_done() {
@@ -149,7 +177,11 @@ impl Engine {
                 symptom: false,
                 detail: None,
             };
-            self.matched_line(st, src, &l, None);
+            let matches = match only {
+                Some(c) => self.matches_among(l.msg, c),
+                None => self.matches(l.msg),
+            };
+            self.matched_line(st, src, &l, None, matches);
         }
     }
 
@@ -165,22 +197,32 @@ impl Engine {
     /// error lines it restates are symptoms of it (the payload names the failing call).
     pub(crate) fn record(&self, st: &mut State, src: &mut SourceState, parts: Vec<Part>) {
         let payload_text = |m: &str| format!(" NCCL WARN {m}");
-        let restated = parts.iter().any(|p| {
-            p.role == Role::Payload
-                && self.matches(&payload_text(&p.msg)).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
-        });
+        let is_rule = |ms: &[usize]| ms.iter().any(|&m| matches!(self.slots[m], Slot::Rule(_)));
+        // Each part is matched once, for the record's decisions and for filing it: as written
+        // (the parts filed, and `what():` lines), and a `Last error:` payload as a WARN too.
+        let own: Vec<Option<Vec<usize>>> = parts
+            .iter()
+            .map(|p| (p.role != Role::Context || p.msg.starts_with("what():")).then(|| self.matches(&p.msg)))
+            .collect();
+        let warn: Vec<Option<Vec<usize>>> =
+            parts.iter().map(|p| (p.role == Role::Payload).then(|| self.matches(&payload_text(&p.msg)))).collect();
+        let restated = warn.iter().flatten().any(|w| is_rule(w));
         // `terminate called after throwing ...` says only that something was thrown; when a rule
         // reads its `what():` line, that reading is the record's.
-        let what_explained = parts.iter().any(|p| {
-            p.msg.starts_with("what():")
-                && self.matches(&p.msg).into_iter().any(|m| matches!(self.slots[m], Slot::Rule(_)))
-        });
+        let what_explained =
+            parts.iter().zip(&own).any(|(p, m)| p.msg.starts_with("what():") && m.as_deref().is_some_and(is_rule));
         for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.role != Role::Context) {
             if i == 0 && what_explained && part.msg.starts_with("terminate called") {
                 continue;
             }
             let payload = part.role == Role::Payload;
             let warn_text = payload.then(|| payload_text(&part.msg));
+            let mut matches = own[i].clone().unwrap_or_default();
+            if let Some(w) = &warn[i] {
+                matches.extend(w);
+                matches.sort_unstable();
+                matches.dedup();
+            }
             let l = LineRef {
                 line: part.line,
                 raw: &part.raw,
@@ -193,7 +235,7 @@ impl Engine {
                 symptom: part.flags.chained || (restated && !payload),
                 detail: part.detail.as_deref(),
             };
-            self.matched_line(st, src, &l, warn_text.as_deref());
+            self.matched_line(st, src, &l, warn_text.as_deref(), matches);
         }
     }
 
@@ -210,14 +252,15 @@ impl Engine {
 
     /// Match one line (or a record's part) and file what it says. `warn_text`: the part is a
     /// `Last error:` payload, matched also in this WARN form.
-    pub(crate) fn matched_line(&self, st: &mut State, src: &mut SourceState, l: &LineRef<'_>, warn_text: Option<&str>) {
+    pub(crate) fn matched_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        l: &LineRef<'_>,
+        warn_text: Option<&str>,
+        matches: Vec<usize>,
+    ) {
         let line = l.msg;
-        let mut matches = self.matches(line);
-        if let Some(w) = warn_text {
-            matches.extend(self.matches(w));
-            matches.sort_unstable();
-            matches.dedup();
-        }
         let level = if warn_text.is_some() { Level::Warn } else { log::level_of(line) };
         // Fail safe: an unlevelled line that reads like a failure, or a record cut before its
         // exception, is listed if no rule explains it.
@@ -326,6 +369,24 @@ impl Engine {
         }
         let g = st.groups.entry(cands).or_default();
         g.add(hit);
+    }
+
+    /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
+    /// on a line that passes the prefilter costs less than the whole set.
+    pub(crate) fn matches_among(&self, line: &str, cands: &[usize]) -> Vec<usize> {
+        if self.ascii_set.is_none() || !line.is_ascii() {
+            return self.matches(line);
+        }
+        let mut out = Vec::new();
+        for &c in cands {
+            let re = self.singles[c].get_or_init(|| regex::bytes::Regex::new(&format!("(?-u){}", self.pats[c])).ok());
+            match re {
+                Some(re) if re.is_match(line.as_bytes()) => out.push(c),
+                Some(_) => {}
+                None => return self.matches(line),
+            }
+        }
+        out
     }
 
     /// The indices of the patterns that match `line` (rank prefix stripped), in order.
