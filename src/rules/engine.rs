@@ -496,10 +496,14 @@ impl Engine {
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
-        // Fingerprint sites: WARN and ATTN lines only (INFO unwinding lines name other sites).
+        // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
+        // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
         let known = match (rec.kind, level, rec.site) {
             (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
                 self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+            }
+            (log::Kind::Torch, _, Some((f, ln))) => {
+                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
             }
             _ => None,
         };
@@ -664,18 +668,35 @@ impl Engine {
                 nccl_out = Some(min.to_string());
             }
             notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
-        } else if let Some(pin) = st.torch_version.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
-            nccl = Version::parse(&pin.value);
-            nccl_out = Some(pin.value.clone());
-            notes.push(pin);
         }
-        let torch = st.torch_version.as_deref().and_then(Version::parse);
+        // torch: stated, else inferred from the file:line of its C++ log lines.
+        let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
+        let torch_one = st.torch_version.clone().or_else(|| match &inferred_torch {
+            Some((a, b, _)) if a == b => Some(a.to_string()),
+            _ => None,
+        });
+        if nccl.is_none() && opts.assume_nccl.is_none() && stated_nccl.is_none() {
+            if let Some(pin) = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
+                nccl = Version::parse(&pin.value);
+                nccl_out = Some(pin.value.clone());
+                notes.push(pin);
+            }
+        }
+        let mut torch = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
             notes.push(VersionNote {
                 component: "torch".into(),
                 value: t.clone(),
                 how: "stated".into(),
                 detail: "a torch version in the log".into(),
+            });
+        } else if let Some((min, max, sites)) = inferred_torch {
+            torch = Some(min);
+            notes.push(VersionNote {
+                component: "torch".into(),
+                value: if min == max { min.to_string() } else { format!("{min}-{max}") },
+                how: "inferred".into(),
+                detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
             });
         }
         Versions { nccl, nccl_out, torch, notes }
@@ -937,12 +958,25 @@ impl Engine {
 
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
     fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
-        let (min, max) = self.sites_db.infer(sites.iter().map(|(_, id)| *id))?;
-        let mut used: Vec<String> = sites.iter().map(|(s, _)| s.clone()).collect();
+        let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
+        let (min, max) = self.sites_db.infer(nccl.clone().map(|(_, id)| *id))?;
+        let mut used: Vec<String> = nccl.map(|(s, _)| s.clone()).collect();
+        used.dedup();
+        Some((min, max, used))
+    }
+
+    /// The torch releases whose C++ sites explain every torch site seen, if any.
+    fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+        let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
+        let (min, max) = self.sites_db.infer_torch(torch.clone().map(|(_, id)| id))?;
+        let mut used: Vec<String> = torch.map(|(s, _)| s.to_string()).collect();
         used.dedup();
         Some((min, max, used))
     }
 }
+
+/// The key prefix of a torch C++ site among the fingerprint sites seen.
+const TORCH_SITE: &str = "torch ";
 
 /// Version strings in ascending order: by version number, then as text (so that which versions a
 /// log shows, and which one is used, does not depend on the order its lines were read in).
@@ -1567,6 +1601,24 @@ mod tests {
             include_str!("../../examples/deepep-intranode-teardown.log").into(),
         ));
         v
+    }
+
+    #[test]
+    fn torch_version_inferred_from_the_destructor_warning_line_and_nccl_from_its_pin() {
+        let e = engine();
+        let log = "[rank0]:[W1004 15:16:15.503072590 ProcessGroupNCCL.cpp:1479] Warning: WARNING: \
+                   destroy_process_group() was not called before program exit, which can leak resources.\n";
+        let a = e.analyze(&[mem("a.log", log.into())], &Options::default()).unwrap();
+        let torch = a.versions.iter().find(|v| v.component == "torch").expect("a torch note");
+        assert_eq!((torch.value.as_str(), torch.how.as_str()), ("2.7.1", "inferred"), "{:?}", a.versions);
+        assert!(torch.detail.contains("ProcessGroupNCCL.cpp:1479"), "{}", torch.detail);
+        let nccl = a.versions.iter().find(|v| v.component == "nccl").expect("the pinned NCCL");
+        assert_eq!(nccl.how, "inferred");
+        // Another release's line for the same message says that release; a line no release has, none.
+        let a = e.analyze(&[mem("b.log", log.replace(":1479]", ":1639]"))], &Options::default()).unwrap();
+        assert!(a.versions.iter().any(|v| v.component == "torch" && v.value == "2.15.0"), "{:?}", a.versions);
+        let a = e.analyze(&[mem("c.log", log.replace(":1479]", ":7]"))], &Options::default()).unwrap();
+        assert!(!a.versions.iter().any(|v| v.component == "torch"), "{:?}", a.versions);
     }
 
     #[test]
