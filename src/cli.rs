@@ -172,7 +172,7 @@ pub struct ReproArgs {
 }
 
 /// How each cell's ranks start (docs/repro.md, "Across nodes").
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct LauncherArgs {
     /// `local` processes, one Slurm job step per cell (`slurm`), or `torchrun` per cell.
     #[arg(long, value_enum, default_value_t = Launcher::Local)]
@@ -203,9 +203,8 @@ pub struct LauncherArgs {
     pub rdzv_endpoint: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Launcher {
-    #[default]
     Local,
     Slurm,
     Torchrun,
@@ -431,7 +430,26 @@ impl ReproArgs {
             quiet: self.quiet,
             rules: self.rule_opts.source(),
             command: self.command.clone(),
-            launch: self.launch.as_ref().clone(),
+            launch: self.launch.config(),
+        }
+    }
+}
+
+impl LauncherArgs {
+    pub fn config(&self) -> crate::repro::LaunchConfig {
+        use crate::repro::LauncherKind;
+        crate::repro::LaunchConfig {
+            launcher: match self.launcher {
+                Launcher::Local => LauncherKind::Local,
+                Launcher::Slurm => LauncherKind::Slurm,
+                Launcher::Torchrun => LauncherKind::Torchrun,
+            },
+            nodes: self.nodes,
+            ntasks_per_node: self.ntasks_per_node,
+            partition: self.partition.clone(),
+            time: self.time.clone(),
+            srun_args: self.srun_args.clone(),
+            rdzv_endpoint: self.rdzv_endpoint.clone(),
         }
     }
 }

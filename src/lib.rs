@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command};
+use cli::Cli;
 
 /// Built-in files (rules, fixtures, kernels) as (path relative to the repository, content).
 pub static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -37,40 +37,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    match Cli::try_parse_from(args) {
+        Ok(cli) => ExitCode::from(commands::run(cli)),
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::ERROR } else { exit::OK });
-        }
-    };
-    output::color::init(cli.color);
-    match dispatch(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
-        Err(e) => {
-            output::color::print_error(&e);
-            ExitCode::from(e.downcast_ref::<error::Error>().map_or(exit::ERROR, error::Error::exit_code))
+            ExitCode::from(if e.use_stderr() { exit::ERROR } else { exit::OK })
         }
     }
-}
-
-fn dispatch(cli: Cli) -> anyhow::Result<u8> {
-    match cli.command {
-        Command::Explain(args) => commands::explain::run(&args),
-        Command::Repro(args) => commands::repro::run(&args),
-        Command::Env(args) => commands::env::run(&args),
-        Command::Report(args) => commands::report::run(&args),
-        Command::Clean(args) => commands::env::clean(&args),
-        Command::Rules(cmd) => commands::rules::run(cmd),
-        Command::Lint(args) => commands::lint::run(&args),
-        Command::Kernels(args) => commands::worker::kernels(&args),
-        Command::Worker(args) => commands::worker::worker(&args),
-        Command::Completions { shell } => commands::man::completions(shell),
-        Command::Man { dir } => commands::man::run(dir.as_deref()),
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cli::{CleanArgs, EnvArgs};
+use crate::cli::{CleanArgs, EnvArgs, Format};
 use crate::env;
+use crate::error::Typed;
 use crate::exit;
 
 pub fn run(args: &EnvArgs) -> Result<u8> {
     // The leftovers probe a Slurm cell runs on each of its nodes (repro --launcher slurm).
     if let (true, Some(cell)) = (args.leftovers, &args.cell) {
-        return crate::repro::slurm::leftovers_command(cell, args.since, args.kill, args.format);
+        return leftovers(cell, args);
     }
     if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
         crate::error::usage(vec![format!(
@@ -25,8 +26,30 @@ pub fn run(args: &EnvArgs) -> Result<u8> {
     Ok(exit::OK)
 }
 
+/// `env --leftovers --cell TAG [--since T] [--kill] [-f json]`: this node's part of a cell's leftovers.
+fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
+    if cell.is_empty() {
+        return Err(crate::error::usage_one(
+            "--cell: the tag is empty (it is a cell folder, the EPDOCTOR_CELL_DIR value of the cell's processes)",
+        ));
+    }
+    let n = crate::repro::slurm::probe_here(cell, args.since, args.kill);
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(&n)? + "\n",
+        Format::Text | Format::Md => {
+            let mut l = n.leftovers.lines();
+            if l.is_empty() {
+                l.push(format!("nothing of cell {cell} on {}", n.node));
+            }
+            l.join("\n") + "\n"
+        }
+    };
+    print(&text)?;
+    Ok(exit::OK)
+}
+
 pub fn clean(args: &CleanArgs) -> Result<u8> {
-    let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes)?;
+    let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes).input()?;
     print(&o.text)?;
     Ok(if o.failed.is_empty() { exit::OK } else { exit::ERROR })
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::cli::ExplainArgs;
+use crate::error::Typed;
 use crate::log;
 use crate::model::Analysis;
 use crate::output::{self as report, RenderOpts};
@@ -13,28 +14,28 @@ use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_source: &rules::RuleSource) -> Result<Analysis> {
-    let engine = rules::engine(rule_source)?;
-    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(paths)?)?;
-    let a = engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() })?;
+    let engine = rules::engine(rule_source).rules()?;
+    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(paths).input()?).input()?;
+    let a = engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() }).input()?;
     Ok(crate::flight::join(with_notes(a, notes), Vec::new(), dumps))
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
     // Without paths stdin is read; at a terminal that would just sit there waiting.
     if args.paths.is_empty() && std::io::stdin().is_terminal() {
-        anyhow::bail!(
-            "no log to read: give files or folders (e.g. `epdoctor explain rank*.log`), `-` for stdin, or pipe a log in"
-        );
+        return Err(crate::error::usage_one(
+            "no log to read: give files or folders (e.g. `epdoctor explain rank*.log`), `-` for stdin, or pipe a log in",
+        ));
     }
-    let engine = rules::engine(&args.rule_opts.source())?;
-    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(&args.paths)?)?;
+    let engine = rules::engine(&args.rule_opts.source()).rules()?;
+    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(&args.paths).input()?).input()?;
     let opts = Options {
         max_bytes: args.max_bytes,
         evidence: args.evidence.unwrap_or(5),
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = crate::flight::join(with_notes(engine.analyze(&inputs, &opts)?, notes), Vec::new(), dumps);
+    let analysis = crate::flight::join(with_notes(engine.analyze(&inputs, &opts).input()?, notes), Vec::new(), dumps);
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).

@@ -42,9 +42,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
             Err(e) => problems.push(format!("{e:#}")),
         }
     }
-    if !problems.is_empty() {
-        bail!("{}", problems.join("\n  "));
-    }
+    crate::error::usage(problems)?;
     let analysis = if args.logs.is_empty() {
         None
     } else {

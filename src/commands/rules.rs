@@ -1,9 +1,10 @@
 //! `rules list / show / test`: the rule base as the user sees it.
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::cli::RulesCommand;
+use crate::error::Typed;
 use crate::exit;
 use crate::output::rules::{self as writer, RuleRow};
 use crate::rules::{fixtures, load};
@@ -11,7 +12,7 @@ use crate::rules::{fixtures, load};
 pub fn run(cmd: RulesCommand) -> Result<u8> {
     match cmd {
         RulesCommand::List { format, rule_opts } => {
-            let rules = load(&rule_opts.source())?;
+            let rules = load(&rule_opts.source()).rules()?;
             let counts = fixtures::fixture_counts(&rules);
             let rows: Vec<RuleRow> =
                 rules.iter().map(|r| RuleRow::of(r, counts.get(r.def.id.as_str()).copied().unwrap_or(0))).collect();
@@ -21,7 +22,7 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
             Ok(exit::OK)
         }
         RulesCommand::Show { id, rule_opts } => {
-            let rules = load(&rule_opts.source())?;
+            let rules = load(&rule_opts.source()).rules()?;
             let Some(r) = rules.iter().find(|r| r.def.id == id) else {
                 let mut near: Vec<&str> = rules
                     .iter()
@@ -29,10 +30,11 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
                     .filter(|x| x.contains(id.as_str()) || id.contains(*x))
                     .collect();
                 near.truncate(5);
-                if near.is_empty() {
-                    bail!("no rule has the id `{id}` (see `epdoctor rules list`)");
-                }
-                bail!("no rule has the id `{id}`; did you mean {}?", near.join(", "));
+                return Err(crate::error::usage_one(if near.is_empty() {
+                    format!("no rule has the id `{id}` (see `epdoctor rules list`)")
+                } else {
+                    format!("no rule has the id `{id}`; did you mean {}?", near.join(", "))
+                }));
             };
             let mut out = std::io::stdout().lock();
             out.write_all(writer::show(r, &fixtures::fixtures_for(&r.def.id)).as_bytes())?;

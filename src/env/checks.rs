@@ -3,7 +3,11 @@
 //! more than those sources support.
 use serde::Serialize;
 
+use super::gpu::GpuStatus;
+use super::python::PythonStatus;
+use super::shm::ShmState;
 use super::{vars, EnvReport};
+use crate::rules::version::{boundary, Version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,21 +49,11 @@ fn check(id: &str, status: Status, title: impl Into<String>, detail: impl Into<S
     }
 }
 
-/// "2.28.3" or "2.11.0+cu130" -> (2, 28, 3) / (2, 11, 0).
-pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let core = v.split(['+', '-', ' ']).next()?;
-    let mut it = core.split('.').map(|p| p.chars().take_while(|c| c.is_ascii_digit()).collect::<String>());
-    let a = it.next()?.parse().ok()?;
-    let b = it.next()?.parse().ok()?;
-    let c = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    Some((a, b, c))
-}
-
 pub const GIB: u64 = 1 << 30;
 
 /// What an NCCL version means for teardown warnings (NCCL src/proxy.cc history; docs/results/ for 2.31+).
-pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
-    if v < (2, 23, 4) {
+pub fn nccl_teardown(v: Version) -> (Status, String) {
+    if v < boundary::NCCL_ABORT_PAIR_SILENCED {
         (
             Status::Warn,
             "ncclCommAbort prints the WARN trio \"[Service thread] Accept failed ...\", \"Could not receive type from \
@@ -67,7 +61,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
              harmless after a run that worked. 2.23.4 silenced the pair, 2.30.3 demoted Accept failed to INFO (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
-    } else if v < (2, 30, 3) {
+    } else if v < boundary::NCCL_ACCEPT_FAILED_INFO {
         (
             Status::Info,
             "the abort-path pair is silenced (since 2.23.4), but \"[Service thread] Accept failed\" is still a WARN \
@@ -75,7 +69,7 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
              (NCCL src/proxy.cc at v2.23.4-1 and v2.30.3-1)."
                 .into(),
         )
-    } else if v < (2, 31, 0) {
+    } else if v < boundary::NCCL_DESTROY_HANG {
         (
             Status::Ok,
             "normal teardown is quiet: the abort pair is silenced and Accept failed is INFO; peer-gone warnings \
@@ -95,31 +89,41 @@ pub fn nccl_teardown(v: (u32, u32, u32)) -> (Status, String) {
 
 pub fn run(r: &EnvReport) -> Vec<Check> {
     let mut out = Vec::new();
-    let eff = |name: &str| vars::effective(name, &r.variables, &r.config_files);
+    for part in [gpus, variables, nccl_libraries, torch, shm, ipc, nvshmem, gpu_processes, limits] {
+        part(r, &mut out);
+    }
+    out
+}
 
-    // GPUs and P2P.
-    match r.gpu.status.as_str() {
-        "ok" if r.gpu.devices.is_empty() => out.push(check(
+/// A variable's value and where it was set (the environment or an NCCL config file).
+fn eff<'a>(r: &'a EnvReport, name: &str) -> Option<(&'a str, &'a str)> {
+    vars::effective(name, &r.variables, &r.config_files)
+}
+
+/// The GPUs, peer access between them, NVLS.
+fn gpus(r: &EnvReport, out: &mut Vec<Check>) {
+    match r.gpu.status {
+        GpuStatus::Ok if r.gpu.devices.is_empty() => out.push(check(
             "gpu",
             Status::Warn,
             "driver present, no GPU visible",
             "check CUDA_VISIBLE_DEVICES and the container's --gpus",
             &[],
         )),
-        "ok" => {
+        GpuStatus::Ok => {
             let names: Vec<String> =
                 r.gpu.devices.iter().map(|g| format!("{} (sm {})", g.name, g.compute_capability)).collect();
             out.push(check("gpu", Status::Ok, format!("{} GPU(s)", r.gpu.devices.len()), names.join(", "), &[]));
         }
-        "no GPU driver" => out.push(check(
+        GpuStatus::NoDriver => out.push(check(
             "gpu",
             Status::Info,
             "no GPU driver",
             "libcuda could not be loaded: GPU checks are skipped; explain, rules and clean still work",
             &[],
         )),
-        "not probed" => {}
-        _ => out.push(check(
+        GpuStatus::NotProbed => {}
+        GpuStatus::Error => out.push(check(
             "gpu",
             Status::Warn,
             "the CUDA driver is present but failed",
@@ -154,7 +158,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 &[],
             ));
         }
-        match eff("NCCL_NVLS_ENABLE") {
+        match eff(r, "NCCL_NVLS_ENABLE") {
             Some(("0", _)) => {}
             other => out.push(check(
                 "nvls",
@@ -168,9 +172,11 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             )),
         }
     }
+}
 
-    // NCCL_DEBUG: without it the teardown warnings are invisible.
-    match eff("NCCL_DEBUG") {
+/// Variables that decide what a job's log can show, or that do nothing.
+fn variables(r: &EnvReport, out: &mut Vec<Check>) {
+    match eff(r, "NCCL_DEBUG") {
         None => out.push(check(
             "nccl-debug",
             Status::Warn,
@@ -180,7 +186,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         )),
         Some((v, from)) => out.push(check("nccl-debug", Status::Ok, format!("NCCL_DEBUG={v}"), format!("from {from}"), &[])),
     }
-    if let Some((v, from)) = eff("NCCL_ABORT_ON_ERROR") {
+    if let Some((v, from)) = eff(r, "NCCL_ABORT_ON_ERROR") {
         out.push(check(
             "unknown-variable",
             Status::Warn,
@@ -189,8 +195,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Libraries.
+/// The libnccl copies and what each version means for teardown.
+fn nccl_libraries(r: &EnvReport, out: &mut Vec<Check>) {
     let nccl = &r.libraries.nccl;
     let mut versions: Vec<String> = nccl.iter().filter_map(|l| l.version.clone()).collect();
     versions.sort();
@@ -225,7 +233,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             continue;
         }
         seen.push(v.clone());
-        if let Some(pv) = parse_version(&v) {
+        if let Some(pv) = Version::parse(&v) {
             let (status, text) = nccl_teardown(pv);
             out.push(check(
                 "nccl-version",
@@ -236,14 +244,17 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             ));
         }
     }
+}
 
-    // torch.
-    match (&r.python.torch, r.python.status.as_str()) {
+/// torch's teardown path, and whether it brings its own NCCL.
+fn torch(r: &EnvReport, out: &mut Vec<Check>) {
+    let nccl = &r.libraries.nccl;
+    match (&r.python.torch, r.python.status) {
         (Some(t), _) => {
-            if let Some(tv) = parse_version(t) {
-                let (status, text) = if tv < (2, 4, 0) {
+            if let Some(tv) = Version::parse(t) {
+                let (status, text) = if tv < boundary::TORCH_NOT_DESTROYED_WARNING {
                     (Status::Info, "destroy_process_group() and the destructor both abort the communicators (ncclCommAbort); the \"not destroyed\" warning does not exist before 2.4 (PyTorch ProcessGroupNCCL.cpp; pytorch/pytorch#119250)")
-                } else if tv < (2, 6, 0) {
+                } else if tv < boundary::TORCH_DESTROY_FINALIZES {
                     (Status::Warn, "destroy_process_group() itself calls ncclCommAbort, so with NCCL < 2.23.4 adding it does not silence the abort warnings; upgrade torch (>= 2.6 finalizes and destroys) or NCCL (pytorch/pytorch#119250 and pytorch/pytorch#141510)")
                 } else {
                     (Status::Ok, "destroy_process_group() finalizes and destroys the communicators (the clean path); without it the destructor prints \"destroy_process_group() was not called before program exit\" and aborts (pytorch/pytorch#141510; 2.6 inferred from its date)")
@@ -259,7 +270,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             if let (Some(tn), Some(sys)) =
                 (&r.python.torch_nccl, nccl.iter().find(|l| l.loader_default).and_then(|l| l.version.clone()))
             {
-                if parse_version(tn) != parse_version(&sys) {
+                if Version::parse(tn) != Version::parse(&sys) {
                     out.push(check(
                         "torch-nccl",
                         Status::Info,
@@ -270,7 +281,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
                 }
             }
         }
-        (None, "ok") => out.push(check(
+        (None, PythonStatus::Ok) => out.push(check(
             "torch",
             Status::Info,
             "no torch in this python3",
@@ -285,8 +296,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         )),
     }
+}
 
-    // /dev/shm size.
+/// /dev/shm: its size and the NCCL and torch files left in it.
+fn shm(r: &EnvReport, out: &mut Vec<Check>) {
     let container = r.host.container.detected;
     match (r.shm.exists, r.shm.size_bytes) {
         (false, _) => out.push(check("shm-size", Status::Fail, format!("{} is missing", r.shm.dir), "NCCL's SHM transport and proxy pool create files there; without it intranode NCCL fails", &[])),
@@ -304,9 +317,12 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
     // /dev/shm leftovers.
     let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
     let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
-    let count = |v: &[&super::shm::ShmFile], s: &str| v.iter().filter(|f| f.state == s).count();
-    let (stale, in_use, unknown) =
-        (count(&nccl_files, "stale"), count(&nccl_files, "in use"), count(&nccl_files, "unknown"));
+    let count = |v: &[&super::shm::ShmFile], s: ShmState| v.iter().filter(|f| f.state == s).count();
+    let (stale, in_use, unknown) = (
+        count(&nccl_files, ShmState::Stale),
+        count(&nccl_files, ShmState::InUse),
+        count(&nccl_files, ShmState::Unknown),
+    );
     if nccl_files.is_empty() {
         out.push(check(
             "shm-leftovers",
@@ -343,7 +359,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
-    let torch_stale = count(&torch_files, "stale");
+    let torch_stale = count(&torch_files, ShmState::Stale);
     if torch_stale > 0 {
         out.push(check(
             "torch-shm",
@@ -353,8 +369,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // SysV: not NCCL's.
+/// SysV segments and NCCL's abstract sockets.
+fn ipc(r: &EnvReport, out: &mut Vec<Check>) {
     out.push(check(
         "sysv-shm",
         Status::Ok,
@@ -382,8 +400,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // NVSHMEM.
+/// NVSHMEM's library and its NCCL settings.
+fn nvshmem(r: &EnvReport, out: &mut Vec<Check>) {
     if r.libraries.nvshmem.is_empty() {
         out.push(check(
             "nvshmem",
@@ -412,7 +432,7 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
-    if let Some((v, from)) = eff("NVSHMEM_USE_NCCL") {
+    if let Some((v, from)) = eff(r, "NVSHMEM_USE_NCCL") {
         out.push(check(
             "nvshmem-use-nccl",
             Status::Warn,
@@ -421,8 +441,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Processes on the GPUs.
+/// Other processes holding the GPUs.
+fn gpu_processes(r: &EnvReport, out: &mut Vec<Check>) {
     let compute: Vec<_> = r
         .gpu_processes
         .iter()
@@ -445,8 +467,10 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
             &[],
         ));
     }
+}
 
-    // Limits.
+/// memlock and ptrace limits.
+fn limits(r: &EnvReport, out: &mut Vec<Check>) {
     let memlock = match r.limits.memlock_soft_bytes {
         None => "unlimited".to_string(),
         Some(b) => human_bytes(b),
@@ -471,7 +495,6 @@ pub fn run(r: &EnvReport) -> Vec<Check> {
         "NCCL (>= 2.19) passes cuMem handles as file descriptors over its UDS service, which needs no ptrace rights (NCCL src/proxy.cc, ncclProxyServiceUDS, 2.19+); tools that fetch a peer's fd with pidfd_getfd (e.g. PyTorch IPC of expandable segments) need ptrace_scope 0 or CAP_SYS_PTRACE",
         &["https://github.com/pytorch/pytorch/pull/130890"],
     ));
-    out
 }
 
 fn file_name(p: &str) -> &str {
@@ -500,21 +523,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions() {
-        assert_eq!(parse_version("2.28.3"), Some((2, 28, 3)));
-        assert_eq!(parse_version("2.11.0+cu130"), Some((2, 11, 0)));
-        assert_eq!(parse_version("2.6.0a0+git1234"), Some((2, 6, 0)));
-        assert_eq!(parse_version("x"), None);
+    fn versions_of_torch_and_nccl_as_env_sees_them() {
+        assert_eq!(Version::parse("2.28.3"), Some(Version(2, 28, 3)));
+        assert_eq!(Version::parse("2.11.0+cu130"), Some(Version(2, 11, 0)));
+        assert_eq!(Version::parse("2.6.0a0+git1234"), Some(Version(2, 6, 0)));
+        assert_eq!(Version::parse("2.7.0.dev20250101+cu126"), Some(Version(2, 7, 0)));
+        assert_eq!(Version::parse("x"), None);
     }
 
     #[test]
     fn nccl_boundaries_follow_the_facts() {
-        assert_eq!(nccl_teardown((2, 22, 3)).0, Status::Warn);
-        assert_eq!(nccl_teardown((2, 23, 4)).0, Status::Info);
-        assert_eq!(nccl_teardown((2, 28, 9)).0, Status::Info);
-        assert_eq!(nccl_teardown((2, 30, 3)).0, Status::Ok);
-        assert_eq!(nccl_teardown((2, 32, 3)).0, Status::Warn);
-        assert!(nccl_teardown((2, 32, 3)).1.contains("hang"));
+        assert_eq!(nccl_teardown(Version(2, 22, 3)).0, Status::Warn);
+        assert_eq!(nccl_teardown(Version(2, 23, 4)).0, Status::Info);
+        assert_eq!(nccl_teardown(Version(2, 28, 9)).0, Status::Info);
+        assert_eq!(nccl_teardown(Version(2, 30, 3)).0, Status::Ok);
+        assert_eq!(nccl_teardown(Version(2, 32, 3)).0, Status::Warn);
+        assert!(nccl_teardown(Version(2, 32, 3)).1.contains("hang"));
     }
 
     #[test]

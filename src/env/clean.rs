@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use super::checks::human_bytes;
 use super::procs::ProcScan;
-use super::shm::{self, ShmFile};
+use super::shm::{self, ShmFile, ShmState};
 
 pub struct Outcome {
     pub text: String,
@@ -31,18 +31,18 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
     let mut out = Outcome { text: String::new(), deleted: Vec::new(), failed: Vec::new() };
     let _ = writeln!(s, "{}: {} nccl-* file(s)", dir.display(), files.len());
     for f in &files {
-        let why = match f.state.as_str() {
-            "in use" if f.holders.is_empty() => {
+        let why = match f.state {
+            ShmState::InUse if f.holders.is_empty() => {
                 "open in a process /proc does not show (another pid namespace?)".to_string()
             }
-            "in use" => format!("held by {}", fmt_holders(f)),
-            "stale" => "no live process has it open or mapped".to_string(),
-            _ => "no holder seen, but some processes could not be inspected".to_string(),
+            ShmState::InUse => format!("held by {}", fmt_holders(f)),
+            ShmState::Stale => "no live process has it open or mapped".to_string(),
+            ShmState::Unknown => "no holder seen, but some processes could not be inspected".to_string(),
         };
         let _ = writeln!(s, "  {:<7} {}  {}  {why}", f.state, f.path, human_bytes(f.size));
     }
-    let stale: Vec<&ShmFile> = files.iter().filter(|f| f.state == "stale").collect();
-    let unknown = files.iter().filter(|f| f.state == "unknown").count();
+    let stale: Vec<&ShmFile> = files.iter().filter(|f| f.state == ShmState::Stale).collect();
+    let unknown = files.iter().filter(|f| f.state == ShmState::Unknown).count();
     if unknown > 0 {
         let who: Vec<String> = scan.unreadable.iter().take(5).map(|(pid, why)| format!("{pid} ({why})")).collect();
         let _ = writeln!(

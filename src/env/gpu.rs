@@ -12,10 +12,21 @@ pub struct Gpu {
     pub pci_bus_id: Option<String>,
 }
 
+labelled! {
+    /// What the CUDA driver probe found.
+    pub enum GpuStatus {
+        Ok => "ok",
+        NoDriver => "no GPU driver",
+        /// The driver loaded but a call failed (GpuInfo::detail says which).
+        Error => "error",
+        /// Not asked (tests, and callers that must not touch the GPU).
+        NotProbed => "not probed",
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuInfo {
-    /// "ok", "no GPU driver", or "error".
-    pub status: String,
+    pub status: GpuStatus,
     /// Why, when status is not "ok".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -33,7 +44,7 @@ pub fn probe() -> GpuInfo {
         .ok()
         .and_then(|t| super::procs::parse_nvidia_driver_version(&t));
     let mut info = GpuInfo {
-        status: "no GPU driver".into(),
+        status: GpuStatus::NoDriver,
         detail: None,
         driver_version,
         cuda_driver_version: None,
@@ -52,17 +63,17 @@ pub fn probe() -> GpuInfo {
     std::panic::set_hook(prev);
     match res {
         Ok(Ok((cuda, devices, p2p))) => {
-            info.status = "ok".into();
+            info.status = GpuStatus::Ok;
             info.cuda_driver_version = cuda;
             info.devices = devices;
             info.p2p = p2p;
         }
         Ok(Err(e)) => {
-            info.status = "error".into();
+            info.status = GpuStatus::Error;
             info.detail = Some(e);
         }
         Err(p) => {
-            info.status = "error".into();
+            info.status = GpuStatus::Error;
             let msg = p
                 .downcast_ref::<String>()
                 .cloned()

@@ -2,6 +2,31 @@
 //!
 //! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line cites
 //! its public source; `output::env` writes it as text, Markdown or JSON.
+
+/// An enum whose JSON (and text) is a fixed label per variant: the strings env's JSON contract has
+/// always had (docs: "status": "no GPU driver", "state": "in use").
+macro_rules! labelled {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)+ }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vm])* #[serde(rename = $s)] $v,)+
+        }
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$v => $s,)+
+                }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod checks;
 pub mod clean;
 pub mod elf;
@@ -135,7 +160,7 @@ pub fn collect(src: &Sources) -> EnvReport {
         gpu::probe()
     } else {
         gpu::GpuInfo {
-            status: "not probed".into(),
+            status: gpu::GpuStatus::NotProbed,
             detail: None,
             driver_version: None,
             cuda_driver_version: None,
@@ -305,4 +330,38 @@ fn run_with_timeout(exe: &str, args: &[&str], timeout: Duration) -> std::io::Res
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(t.join().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu::GpuStatus;
+    use super::python::PythonStatus;
+    use super::shm::ShmState;
+
+    #[test]
+    fn statuses_keep_the_labels_of_the_json_contract() {
+        let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
+        for (s, label) in [
+            (GpuStatus::Ok, "ok"),
+            (GpuStatus::NoDriver, "no GPU driver"),
+            (GpuStatus::Error, "error"),
+            (GpuStatus::NotProbed, "not probed"),
+        ] {
+            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
+        }
+        for (s, label) in [
+            (PythonStatus::Ok, "ok"),
+            (PythonStatus::NotFound, "not found"),
+            (PythonStatus::TimedOut, "timed out"),
+            (PythonStatus::Error, "error"),
+        ] {
+            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
+        }
+        for (s, label) in [(ShmState::InUse, "in use"), (ShmState::Stale, "stale"), (ShmState::Unknown, "unknown")] {
+            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
+            assert_eq!(s.to_string(), label);
+        }
+        // `clean` lines them up as it did the strings.
+        assert_eq!(format!("[{:<7}]", ShmState::Stale), "[stale  ]");
+    }
 }

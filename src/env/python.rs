@@ -7,11 +7,23 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+labelled! {
+    /// How the python3 probe ended.
+    #[derive(Default)]
+    pub enum PythonStatus {
+        Ok => "ok",
+        NotFound => "not found",
+        TimedOut => "timed out",
+        /// Also the probe's own answer before it is judged (it carries no status).
+        #[default]
+        Error => "error",
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PythonInfo {
-    /// "ok", "not found", "timed out", "error".
     #[serde(default)]
-    pub status: String,
+    pub status: PythonStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     #[serde(default)]
@@ -81,13 +93,17 @@ pub fn probe(timeout: Duration) -> PythonInfo {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return PythonInfo {
-                status: "not found".into(),
+                status: PythonStatus::NotFound,
                 detail: Some("no python3 on PATH".into()),
                 ..Default::default()
             }
         }
         Err(e) => {
-            return PythonInfo { status: "error".into(), detail: Some(format!("python3: {e}")), ..Default::default() }
+            return PythonInfo {
+                status: PythonStatus::Error,
+                detail: Some(format!("python3: {e}")),
+                ..Default::default()
+            }
         }
     };
     // Drain both pipes in threads so a chatty import cannot block on a full pipe.
@@ -119,7 +135,7 @@ pub fn probe(timeout: Duration) -> PythonInfo {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
                 return PythonInfo {
-                    status: "error".into(),
+                    status: PythonStatus::Error,
                     detail: Some(format!("python3: {e}")),
                     ..Default::default()
                 }
@@ -130,7 +146,7 @@ pub fn probe(timeout: Duration) -> PythonInfo {
     let stderr = err_t.join().unwrap_or_default();
     let Some(status) = status else {
         return PythonInfo {
-            status: "timed out".into(),
+            status: PythonStatus::TimedOut,
             detail: Some(format!(
                 "python3 did not answer within {:.0} s (see --python-timeout)",
                 timeout.as_secs_f64()
@@ -147,7 +163,7 @@ pub fn parse_output(stdout: &str, stderr: &str, code: Option<i32>) -> PythonInfo
         let tail: String =
             stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
         return PythonInfo {
-            status: "error".into(),
+            status: PythonStatus::Error,
             detail: Some(format!(
                 "python3 exited with {} and printed no answer{}",
                 code.map_or("a signal".to_string(), |c| format!("status {c}")),
@@ -158,11 +174,11 @@ pub fn parse_output(stdout: &str, stderr: &str, code: Option<i32>) -> PythonInfo
     };
     match serde_json::from_str::<PythonInfo>(json) {
         Ok(mut p) => {
-            p.status = "ok".into();
+            p.status = PythonStatus::Ok;
             p
         }
         Err(e) => PythonInfo {
-            status: "error".into(),
+            status: PythonStatus::Error,
             detail: Some(format!("python3 answer is not valid JSON: {e}")),
             ..Default::default()
         },
@@ -177,7 +193,7 @@ mod tests {
     fn answer_after_noise() {
         let out = "Warning: something\nEPDOCTOR-PY {\"python\": \"3.12.3\", \"executable\": \"/usr/bin/python3\", \"site_packages\": [\"/x\"], \"torch\": \"2.11.0+cu130\", \"torch_cuda\": \"13.0\", \"torch_nccl\": \"2.28.9\"}\n";
         let p = parse_output(out, "", Some(0));
-        assert_eq!(p.status, "ok");
+        assert_eq!(p.status, PythonStatus::Ok);
         assert_eq!(p.torch.as_deref(), Some("2.11.0+cu130"));
         assert_eq!(p.torch_nccl.as_deref(), Some("2.28.9"));
     }
@@ -185,7 +201,7 @@ mod tests {
     #[test]
     fn no_answer_keeps_stderr_tail() {
         let p = parse_output("", "Traceback\nImportError: boom\n", Some(1));
-        assert_eq!(p.status, "error");
+        assert_eq!(p.status, PythonStatus::Error);
         assert!(p.detail.unwrap().contains("ImportError: boom"));
     }
 }

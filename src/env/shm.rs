@@ -32,8 +32,16 @@ pub struct ShmFile {
     pub creator_pid: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub creator_alive: Option<bool>,
-    /// "in use", "stale" or "unknown".
-    pub state: String,
+    pub state: ShmState,
+}
+
+labelled! {
+    /// Whether a /dev/shm file is still someone's (see the module's comment for how this is told).
+    pub enum ShmState {
+        InUse => "in use",
+        Stale => "stale",
+        Unknown => "unknown",
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -79,13 +87,13 @@ pub fn list(dir: &Path, scan: &ProcScan, keep: impl Fn(&str) -> bool) -> std::io
         let creator_pid = torch_creator(&name);
         let creator_alive = creator_pid.map(|p| scan.alive(p));
         let state = if !holders.is_empty() || creator_alive == Some(true) {
-            "in use"
+            ShmState::InUse
         } else {
             match open_elsewhere(&e.path()) {
-                Some(true) => "in use",
-                Some(false) => "stale",
-                None if scan.unreadable.is_empty() => "stale",
-                None => "unknown",
+                Some(true) => ShmState::InUse,
+                Some(false) => ShmState::Stale,
+                None if scan.unreadable.is_empty() => ShmState::Stale,
+                None => ShmState::Unknown,
             }
         };
         out.push(ShmFile {
@@ -100,7 +108,7 @@ pub fn list(dir: &Path, scan: &ProcScan, keep: impl Fn(&str) -> bool) -> std::io
             holders,
             creator_pid,
             creator_alive,
-            state: state.into(),
+            state,
         });
     }
     Ok(out)

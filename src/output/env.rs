@@ -99,8 +99,8 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
         v.push(("cgroup memory limit", human_bytes(l)));
     }
     let g = &r.gpu;
-    let gpu_line = match g.status.as_str() {
-        "ok" => format!(
+    let gpu_line = match g.status {
+        crate::env::gpu::GpuStatus::Ok => format!(
             "driver {} (CUDA {}), {} GPU(s)",
             opt(&g.driver_version),
             opt(&g.cuda_driver_version),
@@ -110,8 +110,8 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
     };
     v.push(("gpu", gpu_line));
     let p = &r.python;
-    let py = match p.status.as_str() {
-        "ok" => format!(
+    let py = match p.status {
+        crate::env::python::PythonStatus::Ok => format!(
             "python {} ({}); torch {}{}",
             opt(&p.python),
             opt(&p.executable),
@@ -256,7 +256,7 @@ pub fn text(r: &EnvReport) -> String {
     } else {
         let mut t = table(&["file", "size", "state", "held by"]);
         for f in &r.shm.files {
-            t.add_row([f.path.clone(), human_bytes(f.size), f.state.clone(), holders(&f.holders)]);
+            t.add_row([f.path.clone(), human_bytes(f.size), f.state.to_string(), holders(&f.holders)]);
         }
         let _ = writeln!(s, "{t}");
     }
@@ -511,7 +511,7 @@ mod tests {
                 cgroup_memory_limit_bytes: None,
             },
             gpu: gpu::GpuInfo {
-                status: "ok".into(),
+                status: gpu::GpuStatus::Ok,
                 detail: None,
                 driver_version: Some("580.95.05".into()),
                 cuda_driver_version: Some("13.0".into()),
@@ -520,7 +520,7 @@ mod tests {
             },
             libraries: libs::Libraries { nccl: vec![lib], nvshmem: vec![], searched: vec![] },
             python: python::PythonInfo {
-                status: "ok".into(),
+                status: python::PythonStatus::Ok,
                 python: Some("3.12.3".into()),
                 torch: Some("2.11.0+cu130".into()),
                 torch_nccl: Some("2.28.9".into()),
@@ -542,7 +542,7 @@ mod tests {
                     holders: vec![],
                     creator_pid: None,
                     creator_alive: None,
-                    state: "stale".into(),
+                    state: shm::ShmState::Stale,
                 }],
                 ..Default::default()
             },

@@ -53,7 +53,7 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
     let machine = format!(
         "{}; libnccl {}; torch {}{}",
         if env.gpu.devices.is_empty() {
-            env.gpu.status.clone()
+            env.gpu.status.to_string()
         } else {
             format!("{} x {}", env.gpu.devices.len(), env.gpu.devices[0].name)
         },

@@ -47,7 +47,7 @@ pub enum Via {
     /// One job step of this allocation (src/repro/slurm.rs).
     Slurm(super::slurm::Allocation),
     /// One torchrun agent (src/repro/torchrun.rs).
-    Torchrun(crate::cli::LauncherArgs),
+    Torchrun(super::LaunchConfig),
 }
 
 /// The harness's facts plus everything the engine said about one cell.

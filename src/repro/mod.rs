@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::Launcher;
+use crate::error::Typed;
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
@@ -83,7 +83,32 @@ pub struct Config {
     /// The user's command (empty: the built-in workload).
     pub command: Vec<String>,
     /// How each cell's ranks start (locally, as a Slurm step, under torchrun).
-    pub launch: crate::cli::LauncherArgs,
+    pub launch: LaunchConfig,
+}
+
+/// How each cell's ranks start (docs/repro.md, "Across nodes"); from `--launcher` and its flags.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchConfig {
+    pub launcher: LauncherKind,
+    /// slurm, torchrun: nodes per cell.
+    pub nodes: Option<usize>,
+    /// slurm, torchrun: ranks per node.
+    pub ntasks_per_node: Option<usize>,
+    /// slurm: partition and time limit of the allocation epdoctor asks for.
+    pub partition: Option<String>,
+    pub time: Option<String>,
+    /// slurm: more arguments for every srun.
+    pub srun_args: Vec<String>,
+    /// torchrun: rendezvous endpoint HOST:PORT (None: a local one).
+    pub rdzv_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LauncherKind {
+    #[default]
+    Local,
+    Slurm,
+    Torchrun,
 }
 
 /// A finished (or interrupted) run: what the writers and the exit status need.
@@ -116,9 +141,11 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
     let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
     let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
     // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
-    if let (Some(Workload::Builtin { .. }), None, false) =
-        (plan.as_ref().map(|p| &p.workload), std::env::var_os(WORKER_CMD_ENV), args.launch.launcher == Launcher::Slurm)
-    {
+    if let (Some(Workload::Builtin { .. }), None, false) = (
+        plan.as_ref().map(|p| &p.workload),
+        std::env::var_os(WORKER_CMD_ENV),
+        args.launch.launcher == LauncherKind::Slurm,
+    ) {
         // The worker would fail the same way in every cell: say it once, before running anything.
         let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
         if let Err(e) = crate::worker::libs::check_present(need_nccl) {
@@ -129,8 +156,19 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
     let (Some(plan), Some(engine), Some(launcher)) = (plan, engine, launcher) else {
         unreachable!("no problem was found, so each part was built")
     };
-    let dir = create_run_dir(args.out.as_deref())?;
-    let mut launcher = launcher;
+    // A run folder that cannot be made where the user asked is theirs to fix; any failure after
+    // it exists is the harness's (exit 5).
+    let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
+    run_cells(args, plan, &engine, launcher, dir).harness()
+}
+
+fn run_cells(
+    args: &Config,
+    plan: Plan,
+    engine: &Engine,
+    mut launcher: cell::Launcher,
+    dir: PathBuf,
+) -> anyhow::Result<Finished> {
     launcher.via = via(args, &plan)?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
     let _signals = interrupt::install()?;
@@ -155,7 +193,7 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
         let name = cell_name(&plan, cp);
         bar.set_message(name.clone());
         let cell =
-            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, &engine, &stop, &mut || bar.tick())?;
+            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || bar.tick())?;
         say(format!(
             "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
             cp.index,
@@ -235,8 +273,8 @@ fn launcher(args: &Config) -> anyhow::Result<cell::Launcher> {
 fn via(args: &Config, plan: &Plan) -> anyhow::Result<cell::Via> {
     let l = &args.launch;
     Ok(match l.launcher {
-        Launcher::Local => cell::Via::Local,
-        Launcher::Slurm => {
+        LauncherKind::Local => cell::Via::Local,
+        LauncherKind::Slurm => {
             // Without a size, the step gets the plan's ranks.
             let ranks = match (&plan.workload, l.nodes.or(l.ntasks_per_node)) {
                 (_, _) if args.ranks.is_some() => args.ranks,
@@ -245,7 +283,7 @@ fn via(args: &Config, plan: &Plan) -> anyhow::Result<cell::Via> {
             };
             cell::Via::Slurm(slurm::Allocation::acquire(l, ranks)?)
         }
-        Launcher::Torchrun => cell::Via::Torchrun(l.clone()),
+        LauncherKind::Torchrun => cell::Via::Torchrun(l.clone()),
     })
 }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::{self, Execution, Interrupts, Limits, Outcome, Spec, Stopper};
 use super::leftovers::{LeftoverProcess, Leftovers};
-use crate::cli::LauncherArgs;
+use super::LaunchConfig;
 
 /// srun's own messages (its stderr), under the cell folder; not a rank's log.
 pub const SRUN_LOG: &str = "slurm/srun.log";
@@ -54,7 +54,7 @@ pub struct Stops {
 
 impl Allocation {
     /// The current allocation (SLURM_JOB_ID), else a new one from salloc.
-    pub fn acquire(l: &LauncherArgs, ranks: Option<usize>) -> anyhow::Result<Allocation> {
+    pub fn acquire(l: &LaunchConfig, ranks: Option<usize>) -> anyhow::Result<Allocation> {
         let exe = std::env::current_exe().context("finding epdoctor's own executable for the leftovers probe")?;
         let mut geometry = Vec::new();
         if let Some(n) = l.nodes {
@@ -272,7 +272,7 @@ pub struct NodeLeftovers {
     pub leftovers: Leftovers,
 }
 
-fn salloc(l: &LauncherArgs, geometry: &[String]) -> anyhow::Result<String> {
+fn salloc(l: &LaunchConfig, geometry: &[String]) -> anyhow::Result<String> {
     let mut c = Command::new("salloc");
     c.args(["--no-shell", "--job-name=epdoctor-repro"]).args(geometry);
     if let Some(p) = &l.partition {
@@ -414,29 +414,6 @@ fn task_list(s: &str) -> Vec<usize> {
         }
     }
     out
-}
-
-/// `epdoctor env --leftovers --cell TAG [--since T] [--kill] [-f json]`, printed.
-pub fn leftovers_command(cell: &str, since: Option<f64>, kill: bool, format: crate::cli::Format) -> anyhow::Result<u8> {
-    use std::io::Write;
-    if cell.is_empty() {
-        bail!("--cell: the tag is empty (it is a cell folder, the EPDOCTOR_CELL_DIR value of the cell's processes)");
-    }
-    let n = probe_here(cell, since, kill);
-    let text = match format {
-        crate::cli::Format::Json => serde_json::to_string_pretty(&n)? + "\n",
-        _ => {
-            let mut l = n.leftovers.lines();
-            if l.is_empty() {
-                l.push(format!("nothing of cell {cell} on {}", n.node));
-            }
-            l.join("\n") + "\n"
-        }
-    };
-    let mut so = std::io::stdout().lock();
-    so.write_all(text.as_bytes())?;
-    so.flush()?;
-    Ok(crate::exit::OK)
 }
 
 /// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the

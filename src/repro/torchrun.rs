@@ -11,13 +11,13 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::LauncherArgs;
+use super::LaunchConfig;
 
 /// The agent's `--log-dir`, under the cell folder.
 pub const LOG_DIR: &str = "torchrun";
 
 /// `torchrun ... --no-python PROGRAM ARGS`: the agent's arguments, before the workload's.
-pub fn agent_args(l: &LauncherArgs, cell_dir: &Path, ranks: Option<usize>) -> Vec<OsString> {
+pub fn agent_args(l: &LaunchConfig, cell_dir: &Path, ranks: Option<usize>) -> Vec<OsString> {
     let per_node = l.ntasks_per_node.or(ranks).unwrap_or(2);
     let mut a: Vec<String> = vec![format!("--nnodes={}", l.nodes.unwrap_or(1)), format!("--nproc-per-node={per_node}")];
     match &l.rdzv_endpoint {
@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn agent_arguments() {
         let d = Path::new("/r/cells/001");
-        let l = LauncherArgs { ntasks_per_node: Some(4), ..Default::default() };
+        let l = LaunchConfig { ntasks_per_node: Some(4), ..Default::default() };
         let a: Vec<String> = agent_args(&l, d, None).into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(
             a,
@@ -151,7 +151,7 @@ mod tests {
                 "--no-python"
             ]
         );
-        let l = LauncherArgs { nodes: Some(2), rdzv_endpoint: Some("n0:29500".into()), ..Default::default() };
+        let l = LaunchConfig { nodes: Some(2), rdzv_endpoint: Some("n0:29500".into()), ..Default::default() };
         let a: Vec<String> = agent_args(&l, d, Some(8)).into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(&a[..4], ["--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=n0:29500"]);
     }

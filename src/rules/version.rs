@@ -27,6 +27,29 @@ impl fmt::Display for Version {
     }
 }
 
+/// The releases where NCCL's and torch's behaviour changes, one table: env's checks and the
+/// worker compare against these, and a test holds the built-in rules' version ranges
+/// (rules/teardown.toml) to them.
+pub mod boundary {
+    use super::Version;
+    /// The oldest NCCL with ncclCommFinalize (the worker's clean teardown needs it).
+    pub const NCCL_FINALIZE: Version = Version(2, 14, 0);
+    /// NCCL lets several ranks of one communicator share a GPU (NCCL_MULTI_RANK_GPU_ENABLE).
+    pub const NCCL_MULTI_RANK_GPU: Version = Version(2, 30, 3);
+    /// NCCL stops printing the abort-path pair ("Could not receive type ...", "Failed to execute
+    /// operation Close ...") while a communicator is aborted (src/proxy.cc at v2.23.4-1).
+    pub const NCCL_ABORT_PAIR_SILENCED: Version = Version(2, 23, 4);
+    /// NCCL prints "[Service thread] Accept failed" as INFO, no longer WARN (src/proxy.cc at v2.30.3-1).
+    pub const NCCL_ACCEPT_FAILED_INFO: Version = Version(2, 30, 3);
+    /// From here a rank that exits without destroying its communicator can hang the others'
+    /// finalize (reproduced with 2.32.3, docs/results; pytorch/pytorch#194679 reports it from 2.31.2).
+    pub const NCCL_DESTROY_HANG: Version = Version(2, 31, 0);
+    /// torch warns "destroy_process_group() was not called" (pytorch/pytorch#119250).
+    pub const TORCH_NOT_DESTROYED_WARNING: Version = Version(2, 4, 0);
+    /// torch's destroy_process_group() finalizes and destroys instead of aborting (pytorch/pytorch#141510).
+    pub const TORCH_DESTROY_FINALIZES: Version = Version(2, 6, 0);
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Lt,
@@ -96,6 +119,24 @@ mod tests {
         assert_eq!(Version::parse("2.11.0+cu130"), Some(Version(2, 11, 0)));
         assert_eq!(Version::parse("2.4"), Some(Version(2, 4, 0)));
         assert_eq!(Version::parse("x"), None);
+    }
+
+    #[test]
+    fn the_teardown_rules_change_where_the_boundaries_say() {
+        use boundary::*;
+        let rules = crate::rules::load(&crate::rules::RuleSource::builtin()).unwrap();
+        let nccl = |id: &str| rules.iter().find(|r| r.def.id == id).and_then(|r| r.nccl.clone()).unwrap();
+        // (rule, a version it must cover, one it must not)
+        for (id, inside, outside) in [
+            ("nccl-abort-pair", Version(2, 23, 3), NCCL_ABORT_PAIR_SILENCED),
+            ("nccl-proxy-res3-unguarded", NCCL_ABORT_PAIR_SILENCED, Version(2, 23, 3)),
+            ("nccl-accept-stale-errno", Version(2, 30, 2), NCCL_ACCEPT_FAILED_INFO),
+            ("nccl-accept-failed-demoted", NCCL_ACCEPT_FAILED_INFO, Version(2, 30, 2)),
+            ("nccl-destroy-hang-peer-gone", NCCL_DESTROY_HANG, Version(2, 30, 9)),
+        ] {
+            let r = nccl(id);
+            assert!(r.contains(inside) && !r.contains(outside), "{id}: `{}` vs {inside} / {outside}", r.text());
+        }
     }
 
     #[test]

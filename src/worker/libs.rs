@@ -93,7 +93,7 @@ pub fn check_present(need_nccl: bool) -> Result<()> {
     if need_nccl && nccl {
         if let Ok(code) = super::nccl::version_code() {
             let at = loaded_nccl_files().first().map(|p| format!(" at {}", p.display())).unwrap_or_default();
-            found.push(format!("libnccl {}{at}", super::nccl::version_string(code)));
+            found.push(format!("libnccl {}{at}", super::nccl::version_of(code)));
         }
     }
     if nvrtc {

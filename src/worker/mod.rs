@@ -14,13 +14,14 @@ pub mod workload;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-
-use crate::repro::markers;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
 
+use crate::repro::markers;
+use crate::rules::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
+use crate::rules::version::Version;
 use cu::CuError;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
@@ -29,9 +30,6 @@ use workload::{Layout, Shape, SignalLayout};
 /// Exit status of a rank whose workload or teardown reported a failure. 0 is success; 2 (usage
 /// error, missing library) comes from src/exit.rs; a killed rank has no status of its own.
 pub const FAILED: u8 = 1;
-
-/// NCCL from which several ranks of one communicator may share a GPU (NCCL_MULTI_RANK_GPU_ENABLE).
-const NCCL_MULTI_RANK_GPU: i32 = 23003;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Teardown {
@@ -204,12 +202,9 @@ pub fn run(args: &Config) -> Result<u8> {
 
     let out = Out { rank };
     out.phase("init");
-    let nccl_code = nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?;
-    if nccl_code < 21400 {
-        bail!(
-            "NCCL {} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)",
-            nccl::version_string(nccl_code)
-        );
+    let nccl_version = nccl::version_of(nccl::version_code().map_err(|e| anyhow::anyhow!("{e}"))?);
+    if nccl_version < NCCL_FINALIZE {
+        bail!("NCCL {nccl_version} is too old: the workload needs ncclCommFinalize (NCCL 2.14 or newer)");
     }
     let loaded = libs::loaded_nccl_files();
     if let Some(req) = &requested {
@@ -223,13 +218,9 @@ pub fn run(args: &Config) -> Result<u8> {
         }
     }
     let lib_shown = loaded.first().map(|p| p.display().to_string()).unwrap_or_else(|| "unknown".into());
-    out.line(format_args!(
-        "nccl_version={} nccl_lib={}",
-        nccl::version_string(nccl_code),
-        lib_shown.replace(' ', "%20")
-    ));
+    out.line(format_args!("nccl_version={} nccl_lib={}", nccl_version, lib_shown.replace(' ', "%20")));
 
-    let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_code) {
+    let mut w = match Worker::init(args, shape, mode, timeouts, &out, nccl_version) {
         Ok(w) => w,
         Err(e) => return Ok(out.fail("init", &e)),
     };
@@ -333,26 +324,22 @@ struct Worker<'a> {
     times: PhaseTimes,
 }
 
-impl<'a> Worker<'a> {
-    fn init(
-        args: &Config,
-        shape: Shape,
-        mode: Teardown,
-        timeouts: Timeouts,
-        out: &'a Out,
-        nccl_code: i32,
-    ) -> Result<Self> {
-        let me = out.rank;
-        let world = shape.world;
-        let rdv = Rendezvous { dir: args.rendezvous.clone(), rank: me, world, timeout: timeouts.rendezvous };
-        rdv.write_pid()?;
+/// The GPU this rank runs on (`rank % gpus`), with its context made current and its line printed.
+struct Gpu {
+    count: i32,
+    major: i32,
+    minor: i32,
+    sms: i32,
+}
 
+impl Gpu {
+    fn open(out: &Out) -> Result<Gpu> {
         cu::init()?;
         let count = cu::device_count()?;
         if count < 1 {
             bail!("no CUDA device is visible (CUDA_VISIBLE_DEVICES={:?})", std::env::var("CUDA_VISIBLE_DEVICES").ok());
         }
-        let ordinal = (me % count as usize) as i32;
+        let ordinal = (out.rank % count as usize) as i32;
         let dev = cu::device(ordinal)?;
         let (major, minor) = (
             cu::attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -371,35 +358,45 @@ impl<'a> Worker<'a> {
         if major < 7 {
             bail!("GPU {ordinal} has compute capability {major}.{minor}; the kernels need 7.0 or newer");
         }
+        Ok(Gpu { count, major, minor, sms })
+    }
+}
 
-        // Several ranks on one GPU: NCCL needs to be told (see docs/workload.md).
-        let shared_gpu = world > count as usize;
-        let per_gpu = world.div_ceil(count as usize);
-        let user_set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
-        if !shared_gpu {
-            out.line(format_args!("transport=intranode ranks_per_gpu=1"));
-        } else if nccl_code >= NCCL_MULTI_RANK_GPU {
-            let how = if user_set("NCCL_MULTI_RANK_GPU_ENABLE") {
-                "user".to_string()
-            } else {
-                std::env::set_var("NCCL_MULTI_RANK_GPU_ENABLE", "1");
-                "NCCL_MULTI_RANK_GPU_ENABLE=1".to_string()
-            };
-            out.line(format_args!("transport=intranode-shared-gpu ranks_per_gpu={per_gpu} set_env={how}"));
-            out.note("ranks share a GPU as real local ranks of one node (NCCL >= 2.30.3): P2P transport and proxy connections between them, as on a multi-GPU node");
+/// Several ranks on one GPU: NCCL needs to be told (see docs/workload.md). Sets the variable that
+/// tells it, unless the user did, prints which transport the ranks get, and returns whether they
+/// share a GPU.
+fn shared_gpu_transport(out: &Out, world: usize, gpus: i32, nccl_version: Version) -> bool {
+    let shared_gpu = world > gpus as usize;
+    let per_gpu = world.div_ceil(gpus as usize);
+    let user_set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+    if !shared_gpu {
+        out.line(format_args!("transport=intranode ranks_per_gpu=1"));
+    } else if nccl_version >= NCCL_MULTI_RANK_GPU {
+        let how = if user_set("NCCL_MULTI_RANK_GPU_ENABLE") {
+            "user".to_string()
         } else {
-            let how = if user_set("NCCL_HOSTID") {
-                "user".to_string()
-            } else {
-                let v = format!("epdoctor-rank{me}");
-                std::env::set_var("NCCL_HOSTID", &v);
-                format!("NCCL_HOSTID={v}")
-            };
-            out.line(format_args!("transport=net-socket ranks_per_gpu={per_gpu} set_env={how}"));
-            out.note("NCCL before 2.30.3 refuses two ranks of one communicator on one GPU (Duplicate GPU detected); with a different NCCL_HOSTID per rank it treats them as separate nodes and talks over NET/Socket: NCCL's transport here is NOT the intranode one (no P2P/SHM, no local proxy connections); the CUDA IPC kernels are unaffected");
-        }
+            std::env::set_var("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+            "NCCL_MULTI_RANK_GPU_ENABLE=1".to_string()
+        };
+        out.line(format_args!("transport=intranode-shared-gpu ranks_per_gpu={per_gpu} set_env={how}"));
+        out.note("ranks share a GPU as real local ranks of one node (NCCL >= 2.30.3): P2P transport and proxy connections between them, as on a multi-GPU node");
+    } else {
+        let how = if user_set("NCCL_HOSTID") {
+            "user".to_string()
+        } else {
+            let v = format!("epdoctor-rank{}", out.rank);
+            std::env::set_var("NCCL_HOSTID", &v);
+            format!("NCCL_HOSTID={v}")
+        };
+        out.line(format_args!("transport=net-socket ranks_per_gpu={per_gpu} set_env={how}"));
+        out.note("NCCL before 2.30.3 refuses two ranks of one communicator on one GPU (Duplicate GPU detected); with a different NCCL_HOSTID per rank it treats them as separate nodes and talks over NET/Socket: NCCL's transport here is NOT the intranode one (no P2P/SHM, no local proxy connections); the CUDA IPC kernels are unaffected");
+    }
+    shared_gpu
+}
 
-        // Kernels: NVRTC for this device's architecture, cached.
+impl Kernels {
+    /// NVRTC for this device's architecture, cached.
+    fn load(out: &Out, major: i32, minor: i32) -> Result<Kernels> {
         let arch = format!("sm_{major}{minor}");
         let unit = "kernels/intranode.cu";
         let compiled = kernels::compile(unit, &arch, true)?;
@@ -409,30 +406,28 @@ impl<'a> Worker<'a> {
             compiled.origin, compiled.secs
         ));
         let module = cu::Module::load_ptx(&compiled.ptx)?;
-        let k = Kernels {
+        Ok(Kernels {
             notify: module.function("ep_notify")?,
             dispatch: module.function("ep_dispatch")?,
             combine: module.function("ep_combine")?,
             barrier: module.function("ep_barrier")?,
             module,
-        };
-        let stream = cu::stream_create()?;
+        })
+    }
+}
 
-        // Inputs and the CPU layouts of every rank (needed to check what arrives).
-        let host_x = workload::gen_x(me, &shape);
-        let all_topk: Vec<_> = (0..world).map(|r| workload::gen_topk(r, &shape)).collect();
-        let layouts: Vec<Layout> = all_topk.iter().map(|(i, _)| workload::layout(i, &shape)).collect();
-        let (host_idx, host_w) = all_topk[me].clone();
-
-        let (t, w_, el) = (shape.tokens, world, shape.experts_per_rank());
+impl Bufs {
+    /// Every device buffer of one rank, with this rank's inputs copied in and the flags zeroed.
+    fn alloc(shape: &Shape, host_x: &[u16], host_idx: &[i32], host_w: &[f32]) -> Result<Bufs> {
+        let (t, world, el) = (shape.tokens, shape.world, shape.experts_per_rank());
         let sig = SignalLayout::new(world, el);
         let b = Bufs {
             x: cu::alloc(t * shape.row_bytes())?,
             topk_idx: cu::alloc(t * shape.topk * 4)?,
             topk_w: cu::alloc(t * shape.topk * 4)?,
             mask: cu::alloc(t * 4)?,
-            pos: cu::alloc(t * w_ * 4)?,
-            meta: cu::alloc(workload::meta_len(&shape) * 4)?,
+            pos: cu::alloc(t * world * 4)?,
+            meta: cu::alloc(workload::meta_len(shape) * 4)?,
             status: cu::alloc(4)?,
             out: cu::alloc(t * shape.row_bytes())?,
             reduce: cu::alloc(8)?,
@@ -444,72 +439,120 @@ impl<'a> Worker<'a> {
             data: cu::alloc(shape.data_bytes())?,
             signal: cu::alloc(sig.words * 4)?,
         };
-        cu::htod(b.x, &host_x)?;
-        cu::htod(b.topk_idx, &host_idx)?;
-        cu::htod(b.topk_w, &host_w)?;
+        cu::htod(b.x, host_x)?;
+        cu::htod(b.topk_idx, host_idx)?;
+        cu::htod(b.topk_w, host_w)?;
         cu::memset(b.status, 0, 4)?;
         cu::memset(b.reduce, 0, 8)?;
         // Zeroed before any peer can see the handles: flags start below every epoch.
         cu::memset(b.signal, 0, sig.words * 4)?;
         cu::memset(b.data, 0, shape.data_bytes())?;
+        Ok(b)
+    }
+}
+
+/// NCCL's unique id: rank 0 publishes it in the rendezvous folder; everyone else waits for it.
+fn nccl_id(rdv: &Rendezvous) -> Result<Vec<u8>> {
+    if rdv.rank == 0 {
+        if rdv.path(rendezvous::NCCL_ID_FILE).exists() {
+            bail!(
+                "{} already holds an NCCL id from an earlier run: give every run a fresh --rendezvous folder",
+                rdv.dir.display()
+            );
+        }
+        let id = nccl::unique_id()?;
+        rdv.write(rendezvous::NCCL_ID_FILE, &id)?;
+        return Ok(id.to_vec());
+    }
+    let id = rdv.wait_read(rendezvous::NCCL_ID_FILE, "rank 0's NCCL unique id")?;
+    if id.len() != nccl::UNIQUE_ID_BYTES {
+        bail!(
+            "{}: {} bytes, expected {}",
+            rdv.path(rendezvous::NCCL_ID_FILE).display(),
+            id.len(),
+            nccl::UNIQUE_ID_BYTES
+        );
+    }
+    Ok(id)
+}
+
+/// Every rank's data and signal buffers, opened from the IPC handles all-gathered over the
+/// communicator itself (this rank's own buffers at its index).
+fn open_peers(
+    out: &Out,
+    comm: &nccl::Comm,
+    b: &Bufs,
+    (data_h, signal_h): (&[u8], &[u8]),
+    world: usize,
+    stream: CUstream,
+) -> Result<(Vec<CUdeviceptr>, Vec<CUdeviceptr>)> {
+    let me = out.rank;
+    let mut mine = [0u8; 2 * cu::IPC_HANDLE_BYTES];
+    mine[..cu::IPC_HANDLE_BYTES].copy_from_slice(data_h);
+    mine[cu::IPC_HANDLE_BYTES..].copy_from_slice(signal_h);
+    cu::htod(b.handles_send, &mine)?;
+    comm.all_gather_bytes(b.handles_send, b.handles_recv, mine.len(), stream)?;
+    cu::stream_sync(stream)?;
+    let mut all = vec![0u8; mine.len() * world];
+    cu::dtoh(&mut all, b.handles_recv)?;
+    let mut peer_data = vec![0; world];
+    let mut peer_signal = vec![0; world];
+    let t0 = Instant::now();
+    for r in 0..world {
+        let h = &all[r * mine.len()..(r + 1) * mine.len()];
+        if r == me {
+            if h != mine {
+                bail!("the all-gathered IPC handles do not hold this rank's own handles at index {me}");
+            }
+            peer_data[r] = b.data;
+            peer_signal[r] = b.signal;
+        } else {
+            peer_data[r] =
+                cu::ipc_open(&h[..cu::IPC_HANDLE_BYTES]).with_context(|| format!("opening rank {r}'s data buffer"))?;
+            peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..])
+                .with_context(|| format!("opening rank {r}'s signal buffer"))?;
+        }
+    }
+    out.line(format_args!("ipc_open=ok ipc_open_s={:.6} peers={}", t0.elapsed().as_secs_f64(), world - 1));
+    Ok((peer_data, peer_signal))
+}
+
+impl<'a> Worker<'a> {
+    fn init(
+        args: &Config,
+        shape: Shape,
+        mode: Teardown,
+        timeouts: Timeouts,
+        out: &'a Out,
+        nccl_version: Version,
+    ) -> Result<Self> {
+        let me = out.rank;
+        let world = shape.world;
+        let rdv = Rendezvous { dir: args.rendezvous.clone(), rank: me, world, timeout: timeouts.rendezvous };
+        rdv.write_pid()?;
+
+        let gpu = Gpu::open(out)?;
+        let shared_gpu = shared_gpu_transport(out, world, gpu.count, nccl_version);
+        let k = Kernels::load(out, gpu.major, gpu.minor)?;
+        let sms = gpu.sms;
+        let stream = cu::stream_create()?;
+
+        // Inputs and the CPU layouts of every rank (needed to check what arrives).
+        let host_x = workload::gen_x(me, &shape);
+        let all_topk: Vec<_> = (0..world).map(|r| workload::gen_topk(r, &shape)).collect();
+        let layouts: Vec<Layout> = all_topk.iter().map(|(i, _)| workload::layout(i, &shape)).collect();
+        let (host_idx, host_w) = all_topk[me].clone();
+
+        let b = Bufs::alloc(&shape, &host_x, &host_idx, &host_w)?;
         let data_h = cu::ipc_get(b.data)?;
         let signal_h = cu::ipc_get(b.signal)?;
 
-        // NCCL: rank 0 publishes the unique id; everyone joins.
-        let id = if me == 0 {
-            if rdv.path(rendezvous::NCCL_ID_FILE).exists() {
-                bail!(
-                    "{} already holds an NCCL id from an earlier run: give every run a fresh --rendezvous folder",
-                    rdv.dir.display()
-                );
-            }
-            let id = nccl::unique_id()?;
-            rdv.write(rendezvous::NCCL_ID_FILE, &id)?;
-            id.to_vec()
-        } else {
-            let id = rdv.wait_read(rendezvous::NCCL_ID_FILE, "rank 0's NCCL unique id")?;
-            if id.len() != nccl::UNIQUE_ID_BYTES {
-                bail!(
-                    "{}: {} bytes, expected {}",
-                    rdv.path(rendezvous::NCCL_ID_FILE).display(),
-                    id.len(),
-                    nccl::UNIQUE_ID_BYTES
-                );
-            }
-            id
-        };
+        let id = nccl_id(&rdv)?;
         let t0 = Instant::now();
         let comm = nccl::init_rank(world, &id, me)?;
         out.line(format_args!("nccl_init=ok nccl_init_s={:.6}", t0.elapsed().as_secs_f64()));
 
-        // IPC handles travel over the communicator itself.
-        let mut mine = [0u8; 2 * cu::IPC_HANDLE_BYTES];
-        mine[..cu::IPC_HANDLE_BYTES].copy_from_slice(&data_h);
-        mine[cu::IPC_HANDLE_BYTES..].copy_from_slice(&signal_h);
-        cu::htod(b.handles_send, &mine)?;
-        comm.all_gather_bytes(b.handles_send, b.handles_recv, mine.len(), stream)?;
-        cu::stream_sync(stream)?;
-        let mut all = vec![0u8; mine.len() * world];
-        cu::dtoh(&mut all, b.handles_recv)?;
-        let mut peer_data = vec![0; world];
-        let mut peer_signal = vec![0; world];
-        let t0 = Instant::now();
-        for r in 0..world {
-            let h = &all[r * mine.len()..(r + 1) * mine.len()];
-            if r == me {
-                if h != mine {
-                    bail!("the all-gathered IPC handles do not hold this rank's own handles at index {me}");
-                }
-                peer_data[r] = b.data;
-                peer_signal[r] = b.signal;
-            } else {
-                peer_data[r] = cu::ipc_open(&h[..cu::IPC_HANDLE_BYTES])
-                    .with_context(|| format!("opening rank {r}'s data buffer"))?;
-                peer_signal[r] = cu::ipc_open(&h[cu::IPC_HANDLE_BYTES..])
-                    .with_context(|| format!("opening rank {r}'s signal buffer"))?;
-            }
-        }
-        out.line(format_args!("ipc_open=ok ipc_open_s={:.6} peers={}", t0.elapsed().as_secs_f64(), world - 1));
+        let (peer_data, peer_signal) = open_peers(out, &comm, &b, (&data_h, &signal_h), world, stream)?;
         cu::htod(b.peer_data_tab, &peer_data)?;
         cu::htod(b.peer_signal_tab, &peer_signal)?;
 
@@ -1052,19 +1095,7 @@ pub struct KernelsConfig {
 
 /// `epdoctor kernels`: compile every kernel with NVRTC and list the entry points.
 pub fn kernels_command(args: &KernelsConfig) -> Result<u8> {
-    kernels::check_arch(&args.arch)?;
     let units = kernels::units();
-    if let Some(dir) = &args.out {
-        for (u, _) in &units {
-            let f = ptx_path(dir, u, &args.arch);
-            if f.exists() {
-                bail!("{} already exists; not overwriting it (choose another --out)", f.display());
-            }
-        }
-    }
-    if !kernels::nvrtc_present() {
-        bail!(kernels::nvrtc_missing_message());
-    }
     let (major, minor) = kernels::nvrtc_version()?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "NVRTC {major}.{minor}, target {}", args.arch)?;
@@ -1099,7 +1130,7 @@ pub fn kernels_command(args: &KernelsConfig) -> Result<u8> {
     Ok(crate::exit::OK)
 }
 
-fn ptx_path(dir: &Path, unit: &str, arch: &str) -> std::path::PathBuf {
+pub(crate) fn ptx_path(dir: &Path, unit: &str, arch: &str) -> std::path::PathBuf {
     let stem = Path::new(unit).file_stem().and_then(|s| s.to_str()).unwrap_or("kernel");
     dir.join(format!("{stem}.{arch}.ptx"))
 }

@@ -6,6 +6,8 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::nccl::{result, sys};
 
+use crate::rules::version::Version;
+
 /// A failed NCCL call, by result name (e.g. ncclRemoteError), plus ncclGetLastError's text.
 #[derive(Debug, Clone)]
 pub struct NcclFail {
@@ -59,12 +61,13 @@ pub fn version_code() -> Result<i32, NcclFail> {
     })
 }
 
-/// "2.28.3" from 22803 (and the pre-2.9 encoding, 2804 -> 2.8.4).
-pub fn version_string(code: i32) -> String {
-    if code >= 20900 {
-        format!("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100)
+/// 2.28.3 from 22803 (and the pre-2.9 encoding, 2804 -> 2.8.4).
+pub fn version_of(code: i32) -> Version {
+    let c = code.max(0) as u32;
+    if c >= 20900 {
+        Version(c / 10000, c % 10000 / 100, c % 100)
     } else {
-        format!("{}.{}.{}", code / 1000, code % 1000 / 100, code % 100)
+        Version(c / 1000, c % 1000 / 100, c % 100)
     }
 }
 
@@ -187,9 +190,9 @@ mod tests {
 
     #[test]
     fn version_codes() {
-        assert_eq!(version_string(22803), "2.28.3");
-        assert_eq!(version_string(22203), "2.22.3");
-        assert_eq!(version_string(23203), "2.32.3");
-        assert_eq!(version_string(2804), "2.8.4");
+        assert_eq!(version_of(22803).to_string(), "2.28.3");
+        assert_eq!(version_of(22203), Version(2, 22, 3));
+        assert_eq!(version_of(23203), Version(2, 32, 3));
+        assert_eq!(version_of(2804), Version(2, 8, 4));
     }
 }
