@@ -8,7 +8,7 @@ use anyhow::Result;
 use regex::{Regex, RegexSet};
 
 use super::state::{Hit, SourceState, State};
-use super::versions::{add_version, offer_version, version_tail};
+use super::versions::{add_version, offer_version, version_tail, TORCH_SITE};
 use super::{Engine, Internal, Slot, HIT_TEXT_MAX, RANK_MAP_CAP, READ_AHEAD, REFERENCE, SITES_CAP};
 use crate::log::records::{Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
@@ -322,10 +322,14 @@ impl Engine {
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
-        // Fingerprint sites: WARN and ATTN lines only (INFO unwinding lines name other sites).
+        // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
+        // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
         let known = match (rec.kind, level, rec.site) {
             (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
                 self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+            }
+            (log::Kind::Torch, _, Some((f, ln))) => {
+                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
             }
             _ => None,
         };

@@ -41,6 +41,24 @@ fn fixture_inputs() -> Vec<Input> {
 }
 
 #[test]
+fn torch_version_inferred_from_the_destructor_warning_line_and_nccl_from_its_pin() {
+    let e = engine();
+    let log = "[rank0]:[W1004 15:16:15.503072590 ProcessGroupNCCL.cpp:1479] Warning: WARNING: \
+               destroy_process_group() was not called before program exit, which can leak resources.\n";
+    let a = e.analyze(&[mem("a.log", log.into())], &Options::default()).unwrap();
+    let torch = a.versions.iter().find(|v| v.component == "torch").expect("a torch note");
+    assert_eq!((torch.value.as_str(), torch.how.as_str()), ("2.7.1", "inferred"), "{:?}", a.versions);
+    assert!(torch.detail.contains("ProcessGroupNCCL.cpp:1479"), "{}", torch.detail);
+    let nccl = a.versions.iter().find(|v| v.component == "nccl").expect("the pinned NCCL");
+    assert_eq!(nccl.how, "inferred");
+    // Another release's line for the same message says that release; a line no release has, none.
+    let a = e.analyze(&[mem("b.log", log.replace(":1479]", ":1639]"))], &Options::default()).unwrap();
+    assert!(a.versions.iter().any(|v| v.component == "torch" && v.value == "2.15.0"), "{:?}", a.versions);
+    let a = e.analyze(&[mem("c.log", log.replace(":1479]", ":7]"))], &Options::default()).unwrap();
+    assert!(!a.versions.iter().any(|v| v.component == "torch"), "{:?}", a.versions);
+}
+
+#[test]
 fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
     let e = engine();
     let all = fixture_inputs();

@@ -42,18 +42,35 @@ impl Engine {
                 nccl_out = Some(min.to_string());
             }
             notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
-        } else if let Some(pin) = st.torch_version.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
-            nccl = Version::parse(&pin.value);
-            nccl_out = Some(pin.value.clone());
-            notes.push(pin);
         }
-        let torch = st.torch_version.as_deref().and_then(Version::parse);
+        // torch: stated, else inferred from the file:line of its C++ log lines.
+        let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
+        let torch_one = st.torch_version.clone().or_else(|| match &inferred_torch {
+            Some((a, b, _)) if a == b => Some(a.to_string()),
+            _ => None,
+        });
+        if nccl.is_none() && opts.assume_nccl.is_none() && stated_nccl.is_none() {
+            if let Some(pin) = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
+                nccl = Version::parse(&pin.value);
+                nccl_out = Some(pin.value.clone());
+                notes.push(pin);
+            }
+        }
+        let mut torch = st.torch_version.as_deref().and_then(Version::parse);
         if let Some(t) = &st.torch_version {
             notes.push(VersionNote {
                 component: "torch".into(),
                 value: t.clone(),
                 how: "stated".into(),
                 detail: "a torch version in the log".into(),
+            });
+        } else if let Some((min, max, sites)) = inferred_torch {
+            torch = Some(min);
+            notes.push(VersionNote {
+                component: "torch".into(),
+                value: if min == max { min.to_string() } else { format!("{min}-{max}") },
+                how: "inferred".into(),
+                detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
             });
         }
         Versions { nccl, nccl_out, torch, notes }
@@ -87,12 +104,25 @@ impl Engine {
 
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
     pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
-        let (min, max) = self.sites_db.infer(sites.iter().map(|(_, id)| *id))?;
-        let mut used: Vec<String> = sites.iter().map(|(s, _)| s.clone()).collect();
+        let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
+        let (min, max) = self.sites_db.infer(nccl.clone().map(|(_, id)| *id))?;
+        let mut used: Vec<String> = nccl.map(|(s, _)| s.clone()).collect();
+        used.dedup();
+        Some((min, max, used))
+    }
+
+    /// The torch releases whose C++ sites explain every torch site seen, if any.
+    pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+        let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
+        let (min, max) = self.sites_db.infer_torch(torch.clone().map(|(_, id)| id))?;
+        let mut used: Vec<String> = torch.map(|(s, _)| s.to_string()).collect();
         used.dedup();
         Some((min, max, used))
     }
 }
+
+/// The key prefix of a torch C++ site among the fingerprint sites seen.
+pub(crate) const TORCH_SITE: &str = "torch ";
 
 pub(crate) struct Versions {
     pub(crate) nccl: Option<Version>,
