@@ -149,20 +149,6 @@ pub fn mount_of<'a>(mounts: &'a [Mount], path: &str) -> Option<&'a Mount> {
     best
 }
 
-/// `size=` of a tmpfs mount, in bytes (`k`, `m`, `g` suffixes; `%` of RAM is left to statvfs).
-pub fn tmpfs_size_option(options: &str) -> Option<u64> {
-    let v = options.split(',').find_map(|o| o.strip_prefix("size="))?;
-    let (num, mult) = match v.chars().last()? {
-        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
-        't' | 'T' => (&v[..v.len() - 1], 1 << 40),
-        c if c.is_ascii_digit() => (v, 1),
-        _ => return None,
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
 /// /proc/self/cgroup lines: (hierarchy id, controllers, path).
 pub fn parse_cgroup(text: &str) -> Vec<(String, String, String)> {
     text.lines()
@@ -488,14 +474,6 @@ mod tests {
         let anon = "7ffd1c5f2000-7ffd1c613000 rw-p 00000000 00:00 0                          [stack]";
         assert_eq!(parse_maps_line(anon).unwrap().2, 0);
         assert_eq!(parse_maps_line("nonsense"), None);
-    }
-
-    #[test]
-    fn tmpfs_sizes() {
-        assert_eq!(tmpfs_size_option("rw,nosuid,size=65536k,mode=1777"), Some(64 << 20));
-        assert_eq!(tmpfs_size_option("rw,size=2g"), Some(2 << 30));
-        assert_eq!(tmpfs_size_option("rw,size=50%"), None);
-        assert_eq!(tmpfs_size_option("rw,relatime"), None);
     }
 
     #[test]
