@@ -21,10 +21,12 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// One row of nccl.tsv / torch.tsv.
+/// One row of nccl.tsv / torch.tsv / nvshmem.tsv / deepep.tsv.
 #[derive(Debug, Clone)]
 struct Site {
     lib: &'static str,
+    /// torch: `binary` for C++ sites (read from machine code), `python`.
+    origin: String,
     file: String,
     line: u32,
     level: String,
@@ -61,6 +63,7 @@ fn read_tsv(name: &str) -> Vec<Vec<String>> {
 struct Catalog {
     nccl_releases: Vec<Version>,
     torch_releases: Vec<Version>,
+    nvshmem_releases: Vec<Version>,
     sites: Vec<Site>,
 }
 
@@ -70,14 +73,13 @@ fn catalog() -> &'static Catalog {
 }
 
 fn read_catalog() -> Catalog {
-    let mut nccl_releases = Vec::new();
-    let mut torch_releases = Vec::new();
+    let (mut nccl_releases, mut torch_releases, mut nvshmem_releases) = (Vec::new(), Vec::new(), Vec::new());
     for r in read_tsv("releases.tsv") {
-        let v = Version::parse(&r[1]).unwrap();
-        if r[0] == "nccl" {
-            nccl_releases.push(v)
-        } else {
-            torch_releases.push(v)
+        match r[0].as_str() {
+            "nccl" => nccl_releases.push(Version::parse(&r[1]).unwrap()),
+            "torch" => torch_releases.push(Version::parse(&r[1]).unwrap()),
+            "nvshmem" => nvshmem_releases.push(Version::parse(&r[1]).unwrap()),
+            _ => {} // DeepEP: git refs, named in each row
         }
     }
     let mut sites = Vec::new();
@@ -85,6 +87,7 @@ fn read_catalog() -> Catalog {
         // file line level subsys first last family origin format
         sites.push(Site {
             lib: "nccl",
+            origin: r[7].clone(),
             file: r[0].clone(),
             line: r[1].parse().unwrap(),
             level: r[2].clone(),
@@ -98,6 +101,7 @@ fn read_catalog() -> Catalog {
         // file line level first last family origin format
         sites.push(Site {
             lib: "torch",
+            origin: r[6].clone(),
             file: r[0].clone(),
             line: r[1].parse().unwrap(),
             level: r[2].clone(),
@@ -107,12 +111,46 @@ fn read_catalog() -> Catalog {
             format: unescape(&r[7]),
         });
     }
-    Catalog { nccl_releases, torch_releases, sites }
+    for r in read_tsv("nvshmem.tsv") {
+        // library first last family format
+        sites.push(Site {
+            lib: "nvshmem",
+            origin: "binary".into(),
+            file: r[0].clone(),
+            line: 0,
+            level: "?".into(),
+            first: r[1].clone(),
+            last: r[2].clone(),
+            family: r[3].clone(),
+            format: unescape(&r[4]),
+        });
+    }
+    for r in read_tsv("deepep.tsv") {
+        // file line kind refs family format (refs: first = last = the refs)
+        sites.push(Site {
+            lib: "deepep",
+            origin: "source".into(),
+            file: r[0].clone(),
+            line: r[1].parse().unwrap(),
+            level: r[2].clone(),
+            first: r[3].clone(),
+            last: r[3].clone(),
+            family: r[4].clone(),
+            format: unescape(&r[5]),
+        });
+    }
+    Catalog { nccl_releases, torch_releases, nvshmem_releases, sites }
 }
 
 impl Catalog {
+    /// The catalogued releases a site is in (none for DeepEP: git refs, not releases).
     fn releases_of(&self, s: &Site) -> Vec<Version> {
-        let list = if s.lib == "nccl" { &self.nccl_releases } else { &self.torch_releases };
+        let list = match s.lib {
+            "nccl" => &self.nccl_releases,
+            "torch" => &self.torch_releases,
+            "nvshmem" => &self.nvshmem_releases,
+            _ => return Vec::new(),
+        };
         let (a, b) = (Version::parse(&s.first).unwrap(), Version::parse(&s.last).unwrap());
         list.iter().copied().filter(|v| *v >= a && *v <= b).collect()
     }
@@ -154,7 +192,11 @@ fn py_conversions(fmt: &str) -> Vec<(usize, usize, &'static [&'static str])> {
 
 /// The format rendered with every combination of values (capped), then with uniform variants.
 fn renderings(lib: &str, fmt: &str) -> Vec<String> {
-    let conv = if lib == "nccl" { c_conversions(fmt) } else { py_conversions(fmt) };
+    let conv = if matches!(lib, "nccl" | "nvshmem") || lib == "deepep" && fmt.contains('%') {
+        c_conversions(fmt)
+    } else {
+        py_conversions(fmt)
+    };
     let fill = |pick: &dyn Fn(usize, &[&str]) -> usize| {
         let mut out = String::new();
         let mut at = 0;
@@ -168,7 +210,13 @@ fn renderings(lib: &str, fmt: &str) -> Vec<String> {
     };
     let product: usize = conv.iter().map(|c| c.2.len()).product();
     let mut out = Vec::new();
-    if product <= 256 {
+    if lib != "nccl" {
+        // torch, NVSHMEM, DeepEP: thousands of formats with untyped or many fields; every field at
+        // its i-th value is enough (the full product made this test take many minutes).
+        for i in 0..ANY.len().max(STRS.len()) {
+            out.push(fill(&|_, _| i));
+        }
+    } else if product <= 256 {
         for mut n in 0..product {
             let digits: Vec<usize> = conv
                 .iter()
@@ -212,13 +260,42 @@ fn lines(s: &Site) -> Vec<String> {
                     out.push(format!("host:1:2 [0] {}:{} NCCL {lvl} {msg}", s.file, s.line));
                 }
             }
-        } else {
+        } else if s.lib == "torch" && s.origin == "binary" {
+            // C++: LOG and TORCH_WARN print behind c10's prefix with the file's base name;
+            // TORCH_CHECK and throws reach Python as the exception's text.
+            let base = s.file.rsplit('/').next().unwrap_or(&s.file);
+            let prefix = |c: char| format!("[{c}1201 10:00:00.000000000 {base}:{}]", s.line);
+            match s.level.as_str() {
+                "INFO" => out.push(format!("{} {msg}", prefix('I'))),
+                "WARNING" => out.push(format!("{} {msg}", prefix('W'))),
+                "ERROR" => out.push(format!("{} {msg}", prefix('E'))),
+                "FATAL" => out.push(format!("{} {msg}", prefix('F'))),
+                "TORCH_WARN" => out.push(format!("{} Warning: {msg}", prefix('W'))),
+                "TORCH_CHECK" | "INTERNAL_ASSERT" | "THROW" => out.push(format!("RuntimeError: {msg}")),
+                class if class.starts_with("Dist") => out.push(format!("torch.distributed.{class}: {msg}")),
+                class => out.push(format!("{class}: {msg}")),
+            }
+        } else if s.lib == "torch" {
             let word = match s.level.as_str() {
                 "raise" => "RuntimeError: ",
                 "warn" => "UserWarning: ",
                 _ => "",
             };
             out.push(format!("[W1201 10:00:00.000000000 {}:{}] {word}{msg}", s.file, s.line));
+        } else if s.lib == "nvshmem" {
+            // Errors behind `file:line: `, warnings behind `WARN: `.
+            out.push(format!("/src/host/x.cpp:100: {msg}"));
+            out.push(format!("WARN: {msg}"));
+        } else {
+            match s.level.as_str() {
+                "EP_HOST_ASSERT" => {
+                    out.push(format!("RuntimeError: Failed: Assertion error {}:{} '{msg}'", s.file, s.line))
+                }
+                "EP_DEVICE_ASSERT" => out.push(format!("Assertion failed: {}:{}, condition: {msg}", s.file, s.line)),
+                "raise" => out.push(format!("RuntimeError: {msg}")),
+                "assert" => out.push(format!("AssertionError: {msg}")),
+                _ => out.push(msg.to_string()),
+            }
         }
     }
     out
@@ -254,26 +331,40 @@ impl Linker {
         Linker { set: RegexSet::new(&pats).unwrap(), rules, owner, cache: Mutex::new(HashMap::new()) }
     }
 
-    /// The rules whose patterns match a rendering of the site.
+    /// The rules whose patterns match a rendering of the site, less those that match the line's
+    /// frame alone (the same line with a neutral message: `RuntimeError: x` is any exception).
     fn rules_of(&self, s: &Site) -> BTreeSet<usize> {
         let key = (s.lib.to_string(), s.level.clone(), s.file.clone(), s.format.clone());
         if let Some(r) = self.cache.lock().unwrap().get(&key) {
             return r.clone();
         }
-        let r: BTreeSet<usize> = lines(s)
-            .iter()
-            .flat_map(|l| self.set.matches(l).into_iter().map(|p| self.owner[p]).collect::<Vec<_>>())
-            .collect();
+        let hits = |lines: Vec<String>| -> BTreeSet<usize> {
+            lines
+                .iter()
+                .flat_map(|l| self.set.matches(l).into_iter().map(|p| self.owner[p]).collect::<Vec<_>>())
+                .collect()
+        };
+        let frame = hits(lines(&Site { format: "zq".into(), ..s.clone() }));
+        let r: BTreeSet<usize> = hits(lines(s)).difference(&frame).copied().collect();
         self.cache.lock().unwrap().insert(key, r.clone());
         r
     }
+}
+
+/// The rules of every catalogue row (index into `catalog().sites`), computed once for all tests.
+fn links() -> &'static Vec<BTreeSet<usize>> {
+    static L: OnceLock<Vec<BTreeSet<usize>>> = OnceLock::new();
+    L.get_or_init(|| catalog().sites.iter().map(|s| linker().rules_of(s)).collect())
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Exception {
     rule: String,
-    /// The NCCL releases where range and catalogue may disagree.
+    /// `nccl` (the default) or `torch`: whose releases.
+    #[serde(default)]
+    lib: Option<String>,
+    /// The releases where range and catalogue may disagree.
     releases: String,
     reason: String,
 }
@@ -345,44 +436,58 @@ fn renderings_fill_every_conversion() {
     assert!(renderings("torch", "Failed to recv, got {} bytes.").contains(&"Failed to recv, got 0 bytes.".to_string()));
 }
 
+/// A rule's version range for a library's releases: `nccl` or `torch`.
+fn rule_range<'a>(r: &'a Rule, lib: &str) -> Option<&'a Range> {
+    if lib == "nccl" {
+        r.nccl.as_ref()
+    } else {
+        r.torch.as_ref()
+    }
+}
+
 #[test]
-fn rule_nccl_ranges_agree_with_the_catalogue() {
+fn rule_version_ranges_agree_with_the_catalogue() {
     let cat = catalog();
     let linker = linker();
     let exc = exceptions();
-    let mut with_site: BTreeMap<usize, BTreeSet<Version>> = BTreeMap::new();
-    for s in cat.sites.iter().filter(|s| s.lib == "nccl") {
-        let rules = linker.rules_of(s);
-        for r in rules.into_iter().filter(|&r| linker.rules[r].nccl.is_some()) {
-            with_site.entry(r).or_default().extend(cat.releases_of(s));
-        }
-    }
     let mut problems = Vec::new();
-    for (i, r) in linker.rules.iter().enumerate() {
-        let Some(range) = &r.nccl else { continue };
-        let Some(w) = with_site.get(&i) else {
-            // No catalogued NCCL message: a rule on torch or launcher text gated by NCCL version.
-            continue;
-        };
-        let allowed: Vec<Range> =
-            exc.exception.iter().filter(|e| e.rule == r.def.id).map(|e| Range::parse(&e.releases).unwrap()).collect();
-        let (claims, misses) = range_problems(range, w, &cat.nccl_releases, &allowed);
-        let list = |v: &[Version]| v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
-        if !claims.is_empty() {
-            problems.push(format!(
-                "rule `{}` (nccl = \"{}\") claims releases where no catalogued site matches: {}",
-                r.def.id,
-                range.text(),
-                list(&claims)
-            ));
+    for (lib, releases) in [("nccl", &cat.nccl_releases), ("torch", &cat.torch_releases)] {
+        let mut with_site: BTreeMap<usize, BTreeSet<Version>> = BTreeMap::new();
+        for (s, rules) in cat.sites.iter().zip(links()).filter(|(s, _)| s.lib == lib) {
+            for r in rules.iter().copied().filter(|&r| rule_range(&linker.rules[r], lib).is_some()) {
+                with_site.entry(r).or_default().extend(cat.releases_of(s));
+            }
         }
-        if !misses.is_empty() {
-            problems.push(format!(
-                "rule `{}` (nccl = \"{}\") misses releases whose catalogued sites it matches: {}",
-                r.def.id,
-                range.text(),
-                list(&misses)
-            ));
+        for (i, r) in linker.rules.iter().enumerate() {
+            let Some(range) = rule_range(r, lib) else { continue };
+            let Some(w) = with_site.get(&i) else {
+                // No catalogued message of this library: a rule on other text gated by its version.
+                continue;
+            };
+            let allowed: Vec<Range> = exc
+                .exception
+                .iter()
+                .filter(|e| e.rule == r.def.id && e.lib.as_deref().unwrap_or("nccl") == lib)
+                .map(|e| Range::parse(&e.releases).unwrap())
+                .collect();
+            let (claims, misses) = range_problems(range, w, releases, &allowed);
+            let list = |v: &[Version]| v.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+            if !claims.is_empty() {
+                problems.push(format!(
+                    "rule `{}` ({lib} = \"{}\") claims releases where no catalogued site matches: {}",
+                    r.def.id,
+                    range.text(),
+                    list(&claims)
+                ));
+            }
+            if !misses.is_empty() {
+                problems.push(format!(
+                    "rule `{}` ({lib} = \"{}\") misses releases whose catalogued sites it matches: {}",
+                    r.def.id,
+                    range.text(),
+                    list(&misses)
+                ));
+            }
         }
     }
     assert!(
@@ -402,7 +507,12 @@ const GOAL: &[(&str, &str)] = &[
     ("nccl", "shm"),
     ("torch", "teardown"),
     ("torch", "store"),
+    ("torch", "socket"),
     ("torch", "watchdog"),
+    ("nvshmem", "bootstrap"),
+    ("nvshmem", "teardown"),
+    ("deepep", "timeout"),
+    ("deepep", "teardown"),
 ];
 
 fn coverage_doc() -> String {
@@ -414,12 +524,16 @@ fn coverage_doc() -> String {
     #[derive(Default)]
     struct Msg {
         releases: BTreeSet<Version>,
+        /// DeepEP: the git refs.
+        refs: BTreeSet<String>,
         rules: BTreeSet<String>,
         sites: BTreeSet<String>,
     }
     let mut msgs: BTreeMap<(String, String, String, String), Msg> = BTreeMap::new();
-    for s in &cat.sites {
-        if s.lib == "nccl" && !matches!(s.level.as_str(), "WARN" | "ATTN" | "?") {
+    for (s, rules) in cat.sites.iter().zip(links()) {
+        if s.lib == "nccl" && !matches!(s.level.as_str(), "WARN" | "ATTN" | "?")
+            || s.lib == "torch" && s.origin == "binary" && s.level == "INFO"
+        {
             continue; // INFO lines are traces; the few that rules read are counted by rules test
         }
         if s.format.trim().len() < 4 {
@@ -427,7 +541,7 @@ fn coverage_doc() -> String {
         }
         let rel = cat.releases_of(s);
         let m = msgs.entry((s.lib.to_string(), s.family.clone(), s.level.clone(), s.format.clone())).or_default();
-        for r in linker.rules_of(s) {
+        for &r in rules {
             let rule = &linker.rules[r];
             let in_range = |v: &Version| match (s.lib, &rule.nccl, &rule.torch) {
                 ("nccl", Some(n), _) => n.contains(*v),
@@ -439,6 +553,9 @@ fn coverage_doc() -> String {
             }
         }
         m.releases.extend(rel);
+        if s.lib == "deepep" {
+            m.refs.extend(s.first.split(',').map(str::to_string));
+        }
         m.sites.insert(format!("{}:{}", s.file, s.line));
     }
     let span = |r: &BTreeSet<Version>| match (r.first(), r.last()) {
@@ -454,9 +571,11 @@ fn coverage_doc() -> String {
          A message is a (library, family, level, format string); it is **covered** when a rule's patterns match\n\
          the format rendered with plausible arguments in a release inside the rule's version range, **ignored**\n\
          when `rules/catalog/exceptions.toml` names it with a reason. NCCL: WARN and ATTN sites (and\n\
-         wheel-only sites whose level could not be read), NCCL 2.18.1-2.32.3; torch: messages raised, warned or\n\
-         logged by `torch/distributed/*.py`, `elastic/` and `launcher/` of torch 2.1-2.15 (the C++ c10d messages\n\
-         are not catalogued yet: the wheels hold no line numbers for them and the sources were not read).\n\n\
+         wheel-only sites whose level could not be read), NCCL 2.18.1-2.32.3; torch 2.1-2.15: messages raised,\n\
+         warned or logged by `torch/distributed/*.py`, `elastic/` and `launcher/`, and the C++ c10d sites read\n\
+         from the wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
+         NVSHMEM 3.1-3.8: the message strings of the wheel's libraries; DeepEP: its asserts, printf and raised\n\
+         texts at the refs read (V1 tag, V2 and hybrid-EP branches).\n\n\
          | library | family | messages | covered | ignored | not covered |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
     );
     let mut by_family: BTreeMap<(String, String), (usize, usize, usize)> = BTreeMap::new();
@@ -485,6 +604,11 @@ fn coverage_doc() -> String {
             if lib != glib || fam != gfam {
                 continue;
             }
+            let releases = if m.refs.is_empty() {
+                span(&m.releases)
+            } else {
+                m.refs.iter().cloned().collect::<Vec<_>>().join(", ")
+            };
             let why = if !m.rules.is_empty() {
                 m.rules.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
             } else if let Some((_, i)) =
@@ -494,7 +618,7 @@ fn coverage_doc() -> String {
             } else {
                 "**not covered**".into()
             };
-            out.push_str(&format!("| {level} | {} | `{}` | {why} |\n", span(&m.releases), md(fmt.trim())));
+            out.push_str(&format!("| {level} | {releases} | `{}` | {why} |\n", md(fmt.trim())));
         }
     }
     out

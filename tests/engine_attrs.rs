@@ -1,5 +1,5 @@
 //! The rule attributes that shape a verdict beyond one line (issue 11 points 5, 9, 10):
-//! `needs_success`, `precursor_of`, `other_reading`. The lines are real (cited); the rules are
+//! `needs_success`, `success_seen`, `precursor_of`, `other_reading`. The lines are real (cited); the rules are
 //! small test rules over them, so each mechanism is seen on its own.
 
 use epdoctor::log::Input;
@@ -73,6 +73,24 @@ fn needs_success_is_benign_only_on_a_run_seen_to_succeed() {
     assert_eq!(failed.outcome.status, RunOutcome::Failed);
     let f = failed.findings.iter().find(|f| f.rule == "startup-nccl-net-plugin-init-failed").unwrap();
     assert!(!f.benign);
+}
+
+// DeepEP#303: a single-node low-latency test; the IBGDA probe fails, the benchmark runs over NVLink.
+const IBGDA: &str = "/DeepEP-test/nvshmem_src/src/host/transport/transport.cpp:nvshmemi_transport_init:282: init failed for transport: IBGDA";
+const LL_BENCH: &str =
+    "[rank 7] Dispatch + combine bandwidth: 99.09 GB/s, avg_t=222.52 us, min_t=217.31 us, max_t=228.74 us";
+
+#[test]
+fn success_seen_is_a_warning_until_the_run_is_seen_to_succeed() {
+    let e = engine("");
+    let unknown = analyze(&e, &format!("{IBGDA}\n"));
+    assert_eq!(unknown.outcome.status, RunOutcome::Unknown);
+    assert_eq!(unknown.verdict, Verdict::Actionable);
+    let f = &unknown.findings[0];
+    assert!(!f.benign && f.context.as_deref().unwrap().contains("harmless only if the run completed"));
+    let ok = analyze(&e, &format!("{IBGDA}\n{LL_BENCH}\n"));
+    assert_eq!(ok.outcome.status, RunOutcome::Succeeded);
+    assert_eq!(ok.verdict, Verdict::Benign);
 }
 
 #[test]

@@ -24,6 +24,10 @@ import urllib.request
 import zipfile
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ep  # noqa: E402
+import torch_cpp  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "rules", "catalog")
 
@@ -40,11 +44,26 @@ NCCL_LEVELS = {1: "VERSION", 2: "WARN", 3: "INFO", 4: "ABORT", 5: "TRACE", 6: "A
 
 TORCH_VERSIONS = ["2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
                   "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+# NVSHMEM: the last release of each minor on PyPI; DeepEP: its V1 tag and the V2 / hybrid-EP branches,
+# pinned to the commits read (a branch moves; a rerun must read the same code).
+NVSHMEM_WHEEL = "nvidia-nvshmem-cu12"
+NVSHMEM_VERSIONS = ["3.1.7", "3.2.5", "3.3.24", "3.4.5", "3.5.21", "3.6.5", "3.7.2", "3.8.0"]
+DEEPEP_GIT_URL = "https://github.com/deepseek-ai/DeepEP"
+DEEPEP_REFS = [("v1.2.1", "9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"),
+               ("epv2-release", "018f21ea62c6c2888d9b46806aad6d90b399b23d"),
+               ("main", "dd758caf451848bd150e1046af3d0a73e5fff38d"),
+               ("hybrid-ep", "94a9f8f6b146c07d97ec58f67cd6d303296d6098")]
 TORCH_PY_DIRS = ("torch/distributed/",)
 # Of those, the process-group, store, launcher and elastic code (not FSDP, DTensor, checkpointing...).
 TORCH_PY_KEEP = re.compile(r"torch/distributed/(?:[^/]+\.py|elastic/.*|launcher/.*)$")
-# C++ sources of c10d and their messages live in these libraries of the wheel.
+# The C++ c10d code lives in these libraries of the wheel (ProcessGroupNCCL in the CUDA one; the
+# stores, sockets and Backend in the CPU one); its sites are read from their machine code.
 TORCH_LIBS = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cpu.so")
+# C++ files of c10d outside the process-group / store / socket / watchdog code (Gloo, DDP's reducer,
+# symmetric memory, kernels): catalogued, counted as family `other`.
+TORCH_CPP_OTHER = re.compile(r"ProcessGroupGloo|Gloo|reducer|quantization|SymmetricMemory|symm_mem|AsyncMM|"
+                             r"/cuda/|comm_hook|comm\.|Functional|Ops\.cpp|intra_node|DMAConnectivity|"
+                             r"ProcessGroupMPI|ProcessGroupUCC|UCC|NanCheck|nccl_all_to_all|WindowNCCL|control_")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +96,19 @@ def nccl_family(path, fmt):
 
 def torch_family(path, text):
     low = text.lower()
+    if path.startswith("torch/csrc/"):
+        name = path.rsplit("/", 1)[-1]
+        if TORCH_CPP_OTHER.search(path):
+            return "other"
+        if name.startswith("socket"):
+            return "socket"
+        if re.match(r"(?:TCPStore|Store|PrefixStore|FileStore|HashStore)", name):
+            return "store"
+        if re.search(r"heartbeat|watchdog|timed? ?out|desync|stuck", low):
+            return "watchdog"
+        if re.search(r"destroy|shutdown|abort|destruct|terminat|exit", low):
+            return "teardown"
+        return "c10d"
     if "elastic" in path or "/run.py" in path or "launch" in path:
         return "elastic"
     if "heartbeat" in low or "watchdog" in low or "timeout" in low and "ProcessGroupNCCL" in path:
@@ -482,10 +514,12 @@ class RemoteZip:
 # ---------------------------------------------------------------------------------------------
 # Fetch: fill the cache
 
-def fetch(cache, gitdir):
+def fetch(cache, gitdir, deepep_git):
     os.makedirs(cache, exist_ok=True)
     if not os.path.isdir(gitdir):
         subprocess.run(["git", "clone", "--mirror", NCCL_GIT_URL, gitdir], check=True)
+    if not os.path.isdir(deepep_git):
+        subprocess.run(["git", "clone", "--mirror", DEEPEP_GIT_URL, deepep_git], check=True)
     # NCCL releases that have no tag: the wheel's library, read and deleted.
     bindir = os.path.join(cache, "nccl-bin")
     os.makedirs(bindir, exist_ok=True)
@@ -527,6 +561,41 @@ def fetch(cache, gitdir):
         with open(os.path.join(d, "wheel"), "w") as f:
             f.write(w["filename"] + "\n")
         open(os.path.join(d, "done"), "w").close()
+    # NVSHMEM: the message strings of each library of the wheel.
+    index = simple_index(NVSHMEM_WHEEL)
+    for v in NVSHMEM_VERSIONS:
+        dest = os.path.join(cache, "nvshmem", v + ".json")
+        if os.path.exists(dest):
+            continue
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        w = pick_wheel(index, v, want=("x86_64",))
+        rz = RemoteZip(w["url"], w["size"])
+        msgs = set()
+        for name in sorted(n for n in rz.members if re.search(r"/lib/[^/]+\.so(?:\.\d+)*$", n)):
+            lib = re.sub(r"\.so(?:\.\d+)*$", ".so", name.rsplit("/", 1)[-1])
+            msgs |= {(lib,) + m for m in ep.nvshmem_messages(lib, rz.read_many([name])[name])}
+        with open(dest, "w") as f:
+            json.dump({"wheel": w["filename"], "messages": sorted(msgs)}, f, indent=0)
+    index = simple_index("torch")
+    # torch's C++ c10d sites: from the machine code of its libraries (about 1 GB read per release,
+    # the libraries deleted once read).
+    for v in TORCH_VERSIONS:
+        dest = os.path.join(cache, "torch", v, "cpp.json")
+        if os.path.exists(dest):
+            continue
+        w = pick_wheel(index, v)
+        rz = RemoteZip(w["url"], w["size"])
+        sites = []
+        for lib in TORCH_LIBS:
+            if lib not in rz.members:
+                continue
+            tmp = os.path.join(cache, "torch", v, "lib.so")
+            with open(tmp, "wb") as f:
+                f.write(rz.read_many([lib])[lib])
+            sites += [[lib] + list(x) for x in torch_cpp.binary_sites(tmp)]
+            os.remove(tmp)
+        with open(dest, "w") as f:
+            json.dump({"wheel": w["filename"], "sites": sorted(sites)}, f, indent=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,15 +751,76 @@ def generate_torch(cache):
                     continue
                 for line, kind, msg in py_sites(rel, open(full, encoding="utf-8", errors="replace").read()):
                     per.setdefault((rel, line, kind, msg, "python"), set()).add(i)
+        p = os.path.join(cache, "torch", v, "cpp.json")
+        if os.path.exists(p):
+            for _lib, file, line, level, fmt in json.load(open(p))["sites"]:
+                if fmt.strip("{} "):
+                    per.setdefault((file, line, level, fmt, "binary"), set()).add(i)
     rows = collapse(per, releases)
     rows.sort(key=lambda r: (r[0][0], r[0][1], vkey(r[1]), r[0][2], r[0][3]))
     lines = ["# torch.distributed message sites per release: generated by scripts/catalog/generate.py; do not edit.",
              "# Python sites from each release wheel's torch/distributed/*.py: raise X(...), logger.<level>(...), "
              "warnings.warn(...); f-string fields are written {}.",
+             "# C++ sites (origin binary) from the machine code of the wheel's libtorch_cuda.so/libtorch_cpu.so "
+             "(scripts/catalog/torch_cpp.py): level INFO/WARNING/ERROR/FATAL (LOG), TORCH_WARN, TORCH_CHECK, "
+             "INTERNAL_ASSERT, or the class thrown; format: the literal pieces, {} for values.",
              "file\tline\tlevel\tfirst\tlast\tfamily\torigin\tformat"]
     for (rel, line, kind, msg, origin), first, last in rows:
         lines.append("\t".join([rel, str(line), kind, first, last, torch_family(rel, msg), origin, tsv_field(msg)]))
     return releases, lines, rows
+
+
+def generate_nvshmem(cache):
+    releases = [v for v in NVSHMEM_VERSIONS if os.path.exists(os.path.join(cache, "nvshmem", v + ".json"))]
+    per, wheels = {}, {}
+    for i, v in enumerate(releases):
+        d = json.load(open(os.path.join(cache, "nvshmem", v + ".json")))
+        wheels[v] = d["wheel"]
+        for lib, fam, text in d["messages"]:
+            per.setdefault((lib, fam, text), set()).add(i)
+    rows = collapse(per, releases)
+    rows.sort(key=lambda r: (r[0][0], r[0][2], vkey(r[1])))
+    lines = ["# NVSHMEM message strings per release: generated by scripts/catalog/generate.py; do not edit.",
+             "# From the .rodata of each library of the nvidia-nvshmem-cu12 wheel (scripts/catalog/ep.py): strings "
+             "with a message word; NVSHMEM prints them after `file:line: ` (errors) or `WARN: `.",
+             "library	first	last	family	format"]
+    for (lib, fam, text), first, last in rows:
+        lines.append("\t".join([lib, first, last, fam, tsv_field(text)]))
+    return releases, wheels, lines, rows
+
+
+def deepep_family(kind, text):
+    low = text.lower()
+    if re.search(r"timeout|timed out", low):
+        return "timeout"
+    if re.search(r"destroy|leak|finaliz|abort|teardown", low):
+        return "teardown"
+    if kind in ("EP_HOST_ASSERT", "EP_DEVICE_ASSERT", "assert"):
+        return "assert"
+    return "other"
+
+
+def generate_deepep(deepep_git):
+    per = {}
+    for ref, commit in DEEPEP_REFS:
+        listing = git(deepep_git, "ls-tree", "-r", "--name-only", commit).decode().splitlines()
+        for path in listing:
+            if not path.endswith(ep.DEEPEP_EXTS) or path.startswith(("tests/", "third-party/", "3rdparty/")):
+                continue
+            text = git(deepep_git, "show", f"{commit}:{path}").decode("utf-8", "replace")
+            for line, kind, msg in ep.deepep_sites(path, strip_comments(text) if not path.endswith(".py") else text,
+                                                   split_args, literal, py_literal):
+                per.setdefault((path, line, kind, msg), []).append(ref)
+    lines = ["# DeepEP message sites: generated by scripts/catalog/generate.py; do not edit.",
+             "# refs: the refs read that have the site at that line (" +
+             ", ".join(f"{r} = {c[:12]}" for r, c in DEEPEP_REFS) + "). EP_HOST_ASSERT is thrown as "
+             "`Failed: Assertion error FILE:LINE 'cond'`, EP_DEVICE_ASSERT printed as `Assertion failed: FILE:LINE, "
+             "condition: cond`; format: the condition, or the printf/throw/raise text.",
+             "file	line	kind	refs	family	format"]
+    for (path, line, kind, msg) in sorted(per):
+        lines.append("\t".join([path, str(line), kind, ",".join(per[(path, line, kind, msg)]),
+                                deepep_family(kind, msg), tsv_field(msg)]))
+    return lines, len(per)
 
 
 def write(name, lines):
@@ -706,7 +836,28 @@ def fmt_prefix(fmt):
     return head[:48]
 
 
-def fingerprints_toml(releases, rows, pins):
+def torch_key_text(fmt):
+    """The longest literal piece of a torch C++ format (the log line must contain it): pieces may be
+    in another order than printed (read from machine code), so the start is no key."""
+    pieces = sorted((p.strip() for p in fmt.split("{}")), key=lambda p: (-len(p), p))
+    return pieces[0][:48].strip() if pieces and pieces[0] else ""
+
+
+def torch_fingerprints(releases, rows):
+    """[torch] entries: each C++ site printed with a `File.cpp:LINE]` prefix (LOG, TORCH_WARN)."""
+    by_site = {}
+    for (rel, line, level, fmt, origin), first, last in rows:
+        if origin != "binary" or level not in ("INFO", "WARNING", "ERROR", "FATAL", "TORCH_WARN"):
+            continue
+        text = torch_key_text(fmt)
+        if len(text) < 8:
+            continue
+        i, j = releases.index(first), releases.index(last)
+        by_site.setdefault((f"{rel.rsplit('/', 1)[-1]}:{line}", text), set()).update(range(i, j + 1))
+    return by_site
+
+
+def fingerprints_toml(releases, rows, pins, torch_releases=(), torch_rows=()):
     """WARN/ATTN sites (file:line, message start) whose release set is not every release."""
     by_site = {}
     for (rel, line, level, subsys, fmt, origin), first, last in rows:
@@ -722,6 +873,7 @@ def fingerprints_toml(releases, rows, pins):
            "# sites a log shows. Sites whose message is in every release are left out.",
            "",
            "releases = [" + ", ".join(f'"{r}"' for r in releases) + "]",
+           "torch_releases = [" + ", ".join(f'"{r}"' for r in torch_releases) + "]",
            "",
            "[nccl]"]
     grouped = {}
@@ -742,6 +894,18 @@ def fingerprints_toml(releases, rows, pins):
         out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(grouped[site])) + "]")
     out += ["", "# torch release = the NCCL its wheel pins (torch-nccl.tsv).", "[torch_nccl]"]
     out += [f'"{t}" = "{n}"' for t, n, _, _ in pins if n]
+    # torch's C++ sites as its log prefix shows them (`[W1004 15:16:15.503072590 File.cpp:LINE]`):
+    # TEXT is a literal piece the message contains (not necessarily its start).
+    out += ["", "[torch]"]
+    tgrouped = {}
+    for (site, text), idx in torch_fingerprints(list(torch_releases), torch_rows).items():
+        if len(idx) == len(torch_releases):
+            continue
+        runs = collapse({0: set(idx)}, list(torch_releases))
+        rng = ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs)
+        tgrouped.setdefault(site, []).append((min(idx), f"{rng} {text}"))
+    for site in sorted(tgrouped, key=key):
+        out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(tgrouped[site])) + "]")
     return out
 
 
@@ -750,10 +914,12 @@ def main():
     ap.add_argument("--fetch", action="store_true", help="fill the cache from the network first")
     ap.add_argument("--cache", default=os.path.join(ROOT, ".cache", "catalog"))
     ap.add_argument("--nccl-git", help="an NCCL git directory (bare or not); default CACHE/nccl.git")
+    ap.add_argument("--deepep-git", help="a DeepEP git directory (bare or not); default CACHE/deepep.git")
     a = ap.parse_args()
     gitdir = a.nccl_git or os.path.join(a.cache, "nccl.git")
+    deepep_git = a.deepep_git or os.path.join(a.cache, "deepep.git")
     if a.fetch:
-        fetch(a.cache, gitdir)
+        fetch(a.cache, gitdir, deepep_git)
     if not os.path.isdir(gitdir):
         sys.exit(f"no NCCL git directory at {gitdir}: run with --fetch, or pass --nccl-git DIR")
     releases, sources, nccl_lines, nccl_rows = generate_nccl(a.cache, gitdir)
@@ -764,12 +930,23 @@ def main():
     t_releases, torch_lines, torch_rows = generate_torch(a.cache)
     pins = torch_pins(a.cache)
     rel_lines += [f"torch\t{v}\twheel {w}" for v, _, _, w in pins]
-    write("releases.tsv", rel_lines)
-    write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins))
+    write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins, t_releases, torch_rows))
     write("torch.tsv", torch_lines)
     write("torch-nccl.tsv", ["# The NCCL each torch release wheel pins (Requires-Dist of its METADATA): "
                              "generated by scripts/catalog/generate.py; do not edit.",
                              "torch\tnccl\tpackage\twheel"] + ["\t".join(p) for p in pins])
+    n_releases, n_wheels, n_lines, n_rows = generate_nvshmem(a.cache)
+    write("nvshmem.tsv", n_lines)
+    rel_lines += [f"nvshmem\t{v}\twheel {n_wheels[v]}" for v in n_releases]
+    rel_lines += [f"deepep\t{r}\tgit commit {c}" for r, c in DEEPEP_REFS]
+    write("releases.tsv", rel_lines)
+    if os.path.isdir(deepep_git):
+        d_lines, n_deepep = generate_deepep(deepep_git)
+        write("deepep.tsv", d_lines)
+    else:
+        n_deepep = 0
+        print(f"no DeepEP git directory at {deepep_git}: deepep.tsv left as it is", file=sys.stderr)
+    print(f"nvshmem: {len(n_releases)} releases, {len(n_rows)} message rows; deepep: {n_deepep} sites", file=sys.stderr)
     print(f"nccl: {len(releases)} releases, {len(nccl_rows)} site rows; torch: {len(t_releases)} releases, "
           f"{len(torch_rows)} site rows, {len(pins)} pins", file=sys.stderr)
 

@@ -1,6 +1,8 @@
 //! Parsers of /proc text files (pure, tested on fixtures), the readers of one process's entries
-//! (stat, environ, cmdline, fd) and the scan of live processes' open files, mappings and sockets:
-//! the one copy of /proc for `env`, `clean` and repro's leftovers and stacks.
+//! (stat, environ, cmdline, fd, maps: through the procfs crate) and the scan of live processes'
+//! open files, mappings and sockets: the one copy of /proc for `env`, `clean` and repro's
+//! leftovers and stacks. /proc/net/unix is parsed here: procfs drops the whole table on one line
+//! it cannot read and cuts paths at a space.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -207,23 +209,6 @@ pub fn parse_os_release(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim().trim_matches('"').to_string())
 }
 
-/// One line of /proc/<pid>/maps: (dev major, dev minor, inode, path).
-pub fn parse_maps_line(line: &str) -> Option<(u32, u32, u64, &str)> {
-    let mut rest = line;
-    let mut fields = [""; 5];
-    for f in fields.iter_mut() {
-        rest = rest.trim_start();
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        *f = &rest[..end];
-        rest = &rest[end..];
-    }
-    let (maj, min) = fields[3].split_once(':')?;
-    let maj = u32::from_str_radix(maj, 16).ok()?;
-    let min = u32::from_str_radix(min, 16).ok()?;
-    let inode: u64 = fields[4].parse().ok()?;
-    Some((maj, min, inode, rest.trim()))
-}
-
 /// The processes under `proc_root` (normally /proc): its numeric entries, with their folders.
 pub fn pids(proc_root: &Path) -> Vec<(i32, PathBuf)> {
     let Ok(rd) = std::fs::read_dir(proc_root) else { return Vec::new() };
@@ -239,39 +224,37 @@ pub struct Stat {
     pub pgrp: i32,
 }
 
-/// `pid (comm) state ppid pgrp ...`. The command name may hold spaces and parentheses, so it
-/// ends at the last `)`.
-pub fn parse_stat(text: &str) -> Option<Stat> {
-    let (head, rest) = text.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_string();
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let _ppid = f.next()?;
-    let pgrp = f.next()?.parse().ok()?;
-    Some(Stat { comm, state, pgrp })
+/// The process folder `dir` (`/proc/<pid>`, or a copy of one), opened through procfs.
+fn process(dir: &Path) -> std::io::Result<procfs::process::Process> {
+    procfs::process::Process::new_with_root(dir.to_path_buf()).map_err(io_error)
+}
+
+/// procfs's error as the io::Error the callers tell apart (a process that exited: NotFound).
+fn io_error(e: procfs::ProcError) -> std::io::Error {
+    use std::io::{Error, ErrorKind};
+    match e {
+        procfs::ProcError::NotFound(_) => Error::new(ErrorKind::NotFound, e.to_string()),
+        procfs::ProcError::PermissionDenied(_) => Error::new(ErrorKind::PermissionDenied, e.to_string()),
+        procfs::ProcError::Io(io, _) => io,
+        other => Error::other(other.to_string()),
+    }
 }
 
 /// /proc/<pid>/stat of the process folder `dir`.
 pub fn stat(dir: &Path) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(dir.join("stat")).ok()?)
+    let s = process(dir).ok()?.stat().ok()?;
+    Some(Stat { comm: s.comm, state: s.state, pgrp: s.pgrp })
 }
 
 /// One variable of the environment the process started with (None: unset, or not readable).
 pub fn environ_var(dir: &Path, name: &str) -> Option<String> {
-    let env = std::fs::read(dir.join("environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    let env = process(dir).ok()?.environ().ok()?;
+    env.get(std::ffi::OsStr::new(name)).map(|v| v.to_string_lossy().into_owned())
 }
 
 /// The process's arguments (none for kernel threads and zombies).
 pub fn cmdline(dir: &Path) -> Vec<String> {
-    let Ok(b) = std::fs::read(dir.join("cmdline")) else { return Vec::new() };
-    let mut args: Vec<String> = b.split(|&c| c == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    if args.last().is_some_and(String::is_empty) {
-        args.pop();
-    }
-    args
+    process(dir).ok().and_then(|p| p.cmdline().ok()).unwrap_or_default()
 }
 
 /// What one of a process's fds points at.
@@ -286,18 +269,28 @@ pub enum FdTarget {
 
 /// The targets of the open fds of the process folder `dir`.
 pub fn fd_targets(dir: &Path) -> std::io::Result<Vec<FdTarget>> {
-    let mut out = Vec::new();
-    for fd in std::fs::read_dir(dir.join("fd"))?.flatten() {
-        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-        let t = target.to_string_lossy();
-        let socket = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse().ok());
-        out.push(match socket {
-            Some(ino) => FdTarget::Socket(ino),
-            None if t.starts_with('/') => FdTarget::Path(target),
-            None => FdTarget::Other,
-        });
-    }
-    Ok(out)
+    use procfs::process::FDTarget as T;
+    let fds = process(dir)?.fd().map_err(io_error)?;
+    Ok(fds
+        .flatten()
+        .map(|fd| match fd.target {
+            T::Socket(ino) => FdTarget::Socket(ino),
+            T::Path(p) if p.is_absolute() => FdTarget::Path(p),
+            _ => FdTarget::Other,
+        })
+        .collect())
+}
+
+/// The file mappings of the process folder `dir`: (dev major, dev minor, inode, path).
+fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>> {
+    let maps = process(dir)?.maps().map_err(io_error)?;
+    Ok(maps
+        .into_iter()
+        .filter_map(|m| match m.pathname {
+            procfs::process::MMapPath::Path(p) if m.inode != 0 => Some((m.dev.0 as u32, m.dev.1 as u32, m.inode, p)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// A live process that holds something we asked about.
@@ -355,11 +348,10 @@ impl ProcScan {
                     }
                 }
             }
-            match std::fs::read_to_string(dir.join("maps")) {
+            match mapped_files(&dir) {
                 Ok(maps) => {
-                    for line in maps.lines() {
-                        let Some((maj, min, ino, path)) = parse_maps_line(line) else { continue };
-                        if ino != 0 && map_prefixes.iter().any(|p| Path::new(path).starts_with(p)) {
+                    for (maj, min, ino, path) in maps {
+                        if map_prefixes.iter().any(|p| path.starts_with(p)) {
                             s.mapped.entry((maj, min, ino)).or_default().insert(holder.clone());
                         }
                     }
@@ -427,16 +419,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_with_a_command_name_holding_spaces_and_parentheses() {
-        let st = parse_stat("4242 (python3 (rank 0)) S 1 4240 4240 0 -1 4194560 ...").unwrap();
-        assert_eq!(st, Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 });
-        assert_eq!(parse_stat("4242 (x) Z 1").map(|s| s.state), None, "no pgrp: not a stat line");
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
     fn one_process_entries_from_a_fake_proc_folder() {
-        let d = tempfile::tempdir().unwrap();
+        // procfs takes the pid from the folder's name.
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("4242");
+        std::fs::create_dir(&d).unwrap();
+        let d = Dir(d);
+        std::fs::write(d.path().join("stat"), "4242 (python3 (rank 0)) S 1 4240 4240 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 17 0 0 0 0 0 0\n").unwrap();
         std::fs::write(d.path().join("environ"), b"A=1\0RANK=3\0RANKS=x\0").unwrap();
         std::fs::write(d.path().join("cmdline"), b"python3\0-c\0print(1)\0").unwrap();
         std::fs::create_dir(d.path().join("fd")).unwrap();
@@ -449,7 +438,16 @@ mod tests {
         let mut fds = fd_targets(d.path()).unwrap();
         fds.sort_by_key(|f| format!("{f:?}"));
         assert_eq!(fds, [FdTarget::Other, FdTarget::Path("/dev/nvidia0".into()), FdTarget::Socket(99)]);
-        assert!(cmdline(&d.path().join("gone")).is_empty());
+        assert!(cmdline(&root.path().join("4243")).is_empty());
+        // The command name may hold spaces and parentheses.
+        assert_eq!(stat(d.path()), Some(Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 }));
+    }
+
+    struct Dir(PathBuf);
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.0
+        }
     }
 
     #[test]
@@ -465,15 +463,6 @@ mod tests {
         assert_eq!(v[1].path.as_deref(), Some("@/tmp/nccl-socket-0-2a3f"));
         assert!(crate::os::is_nccl_socket(v[1].path.as_deref().unwrap()));
         assert_eq!(v[2].path.as_deref(), Some("/run/my sock"));
-    }
-
-    #[test]
-    fn maps_line() {
-        let l = "7f1c2a000000-7f1c2a400000 rw-s 00000000 00:1a 4242                       /dev/shm/nccl-AbC123";
-        assert_eq!(parse_maps_line(l), Some((0, 0x1a, 4242, "/dev/shm/nccl-AbC123")));
-        let anon = "7ffd1c5f2000-7ffd1c613000 rw-p 00000000 00:00 0                          [stack]";
-        assert_eq!(parse_maps_line(anon).unwrap().2, 0);
-        assert_eq!(parse_maps_line("nonsense"), None);
     }
 
     #[test]

@@ -9,6 +9,6 @@ pub mod records;
 
 pub use input::{clean_line, expand, is_clean, open, sniff, Content, Expanded, Input, LineReader};
 pub use names::{ranks_from_names, NameHint, RankKind};
-pub use prefilter::Prefilter;
+pub use prefilter::{Prefilter, Reach};
 pub use prefix::{strip_prefixes, Prefixed};
 pub use record::{is_unrelated_warning, level_of, looks_like_error, parse, Kind, Level, Record};

@@ -35,6 +35,8 @@ const MIN_FACTOR: usize = 3;
 const MAX_FACTORS: usize = 3;
 /// Distinct literals tracked per line; a line with more takes the full matcher.
 const PRESENT: usize = 32;
+/// Words of the bit set of literals present (literal ids past `64 * BITS` are looked up in a list).
+const BITS: usize = 16;
 
 /// A literal; `ci`: ASCII case-insensitive, stored lowercase.
 type Lit = (Vec<u8>, bool);
@@ -52,8 +54,22 @@ pub struct Prefilter {
     factors: Vec<Vec<Vec<u32>>>,
     /// Per literal id, the patterns (indices into `factors`) that use it.
     users: Vec<Vec<u32>>,
-    /// Patterns without literals, run on every line.
+    /// Per prefiltered pattern, its index among the patterns given to `new`.
+    pattern_of: Vec<u32>,
+    /// Patterns without literals, run on every line, and their indices among those given.
     residual: Option<regex::RegexSet>,
+    residual_of: Vec<u32>,
+}
+
+/// What `Prefilter::reach` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// No pattern can match, and `level_of` cannot rate the line a warning.
+    Nothing,
+    /// Only the patterns it lists can match, and `level_of` cannot rate the line a warning.
+    Some,
+    /// Any pattern may match (a warning's level, a c10 prefix, too many literals).
+    Any,
 }
 
 struct LitInfo {
@@ -78,10 +94,12 @@ impl Prefilter {
             b.lits[id as usize].level = true;
         }
         let mut residual = Vec::new();
+        let (mut pattern_of, mut residual_of) = (Vec::new(), Vec::new());
         let mut first: Vec<Lit> = level_literals().map(|w| (w.as_bytes().to_vec(), false)).collect();
-        for p in patterns {
+        for (i, p) in patterns.iter().enumerate() {
             match required_factors(p) {
                 Some(fs) => {
+                    pattern_of.push(i as u32);
                     first.extend(fs[0].iter().cloned());
                     let ids: Vec<Vec<u32>> = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
                     let pi = b.factors.len() as u32;
@@ -93,7 +111,10 @@ impl Prefilter {
                     }
                     b.factors.push(ids);
                 }
-                None => residual.push(p.as_str()),
+                None => {
+                    residual.push(p.as_str());
+                    residual_of.push(i as u32);
+                }
             }
         }
         let ac = automaton(b.lits.iter().map(|l| &l.bytes), AhoCorasickKind::ContiguousNFA);
@@ -109,60 +130,98 @@ impl Prefilter {
                 Err(_) => return Prefilter::everything(),
             }
         };
-        Prefilter { ac, first, lits: b.lits, factors: b.factors, users: b.users, residual }
+        Prefilter { ac, first, lits: b.lits, factors: b.factors, users: b.users, pattern_of, residual, residual_of }
     }
 
     /// A prefilter that lets every line through.
     fn everything() -> Prefilter {
-        Prefilter { ac: None, first: None, lits: Vec::new(), factors: Vec::new(), users: Vec::new(), residual: None }
+        Prefilter {
+            ac: None,
+            first: None,
+            lits: Vec::new(),
+            factors: Vec::new(),
+            users: Vec::new(),
+            pattern_of: Vec::new(),
+            residual: None,
+            residual_of: Vec::new(),
+        }
     }
 
     /// False only when no pattern can match `line` and `level_of` cannot rate it `Warn` or above.
     /// `line` must be ASCII (a cleaned line, rank prefix not yet stripped).
     pub fn may_matter(&self, line: &str) -> bool {
-        self.may_matter_stripped(line, strip_prefixes(line).rest)
+        self.may_matter_stripped(strip_prefixes(line).rest)
     }
 
     /// `may_matter` for a caller that has stripped the prefixes already (`rest`: what is left).
-    pub fn may_matter_stripped(&self, line: &str, rest: &str) -> bool {
-        let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return true };
+    pub fn may_matter_stripped(&self, rest: &str) -> bool {
+        self.reach(rest, &mut Vec::new()) != Reach::Nothing
+    }
+
+    /// Which patterns can match `rest` (a line with its prefixes stripped, ASCII). On
+    /// `Reach::Some`, `out` holds them (indices into the patterns given to `new`, ascending): the
+    /// engine then runs those alone, not the whole set. Only `rest` is searched: the patterns,
+    /// the level and the record openers see nothing else (Ray's prefix is 40 bytes of a line).
+    pub fn reach(&self, rest: &str, out: &mut Vec<usize>) -> Reach {
+        out.clear();
+        let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return Reach::Any };
         if positional_warn(rest) {
-            return true;
+            return Reach::Any;
         }
-        let hay = line.as_bytes();
-        if !first.is_match(hay) {
-            return self.residual.as_ref().is_some_and(|r| r.is_match(rest));
-        }
-        let mut present = [0u32; PRESENT];
-        let mut n = 0;
-        for m in ac.find_overlapping_iter(hay) {
-            let id = m.pattern().as_usize();
-            let lit = &self.lits[id];
-            if !lit.ci && hay[m.start()..m.end()] != lit.bytes[..] {
-                continue;
+        let hay = rest.as_bytes();
+        if first.is_match(hay) {
+            let mut present = [0u32; PRESENT];
+            let mut n = 0;
+            // The same, as bits for the first `64 * BITS` literal ids: the factor checks below
+            // test membership many times per line.
+            let mut bits = [0u64; BITS];
+            let has = |bits: &[u64; BITS], present: &[u32], x: u32| match bits.get(x as usize / 64) {
+                Some(w) => w >> (x % 64) & 1 == 1,
+                None => present.contains(&x),
+            };
+            for m in ac.find_overlapping_iter(hay) {
+                let id = m.pattern().as_usize();
+                let lit = &self.lits[id];
+                if !lit.ci && hay[m.start()..m.end()] != lit.bytes[..] {
+                    continue;
+                }
+                if lit.level {
+                    return Reach::Any;
+                }
+                let id = id as u32;
+                if has(&bits, &present[..n], id) {
+                    continue;
+                }
+                if n == PRESENT {
+                    return Reach::Any;
+                }
+                present[n] = id;
+                n += 1;
+                if let Some(w) = bits.get_mut(id as usize / 64) {
+                    *w |= 1 << (id % 64);
+                }
             }
-            if lit.level {
-                return true;
-            }
-            let id = id as u32;
-            if present[..n].contains(&id) {
-                continue;
-            }
-            if n == PRESENT {
-                return true;
-            }
-            present[n] = id;
-            n += 1;
-        }
-        let present = &present[..n];
-        for &id in present {
-            for &p in &self.users[id as usize] {
-                if self.factors[p as usize].iter().all(|f| f.iter().any(|x| present.contains(x))) {
-                    return true;
+            let present = &present[..n];
+            for &id in present {
+                for &p in &self.users[id as usize] {
+                    let pat = self.pattern_of[p as usize] as usize;
+                    if !out.contains(&pat)
+                        && self.factors[p as usize].iter().all(|f| f.iter().any(|&x| has(&bits, present, x)))
+                    {
+                        out.push(pat);
+                    }
                 }
             }
         }
-        self.residual.as_ref().is_some_and(|r| r.is_match(rest))
+        if let Some(r) = self.residual.as_ref().filter(|r| r.is_match(rest)) {
+            out.extend(r.matches(rest).into_iter().map(|i| self.residual_of[i] as usize));
+        }
+        if out.is_empty() {
+            return Reach::Nothing;
+        }
+        out.sort_unstable();
+        out.dedup();
+        Reach::Some
     }
 
     /// Patterns the prefilter could not take literals from (run on every line), for tests and docs.
@@ -409,5 +468,14 @@ mod tests {
         assert!(may(&p, "[rank1]:12 34"));
         assert!(!may(&p, "[rank1]:12 pears"));
         assert!(may(&p, "RuntimeError: boom"));
+        // Which patterns can match: the comm line's, the residual's, or any on a warning.
+        let mut out = Vec::new();
+        assert_eq!(p.reach("h:1:1 [0] NCCL INFO comm 0x55 rank 3 nRanks 8 nNodes 1", &mut out), Reach::Some);
+        assert_eq!(out, [0]);
+        assert_eq!(p.reach("12 34", &mut out), Reach::Some);
+        assert_eq!(out, [1]);
+        assert_eq!(p.reach("h:1:1 [0] proxy.cc:1 NCCL WARN comm 0x55 rank 3 nRanks 8", &mut out), Reach::Any);
+        assert_eq!(p.reach("h:1:1 [0] NCCL INFO AllReduce: opCount 1", &mut out), Reach::Nothing);
+        assert!(out.is_empty());
     }
 }

@@ -58,8 +58,12 @@ fn one<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     match *b.first()? {
         b'[' => bracket(s, p),
         b'(' => ray(s, p),
-        b'0'..=b'9' => iso_ts(s, p).or_else(|| srun_label(s, p)),
-        b'A'..=b'Z' | b'a'..=b'z' => syslog(s, p).or_else(|| compose(s)).or_else(|| pdsh(s, p)),
+        b'0'..=b'9' => iso_ts(s, p).or_else(|| srun_label(s, p)).or_else(|| container_id(s)),
+        b'A'..=b'Z' | b'a'..=b'z' => syslog(s, p)
+            .or_else(|| compose(s))
+            .or_else(|| pdsh(s, p))
+            .or_else(|| container_id(s))
+            .or_else(|| tag_pipe(s)),
         _ => None,
     }
 }
@@ -71,6 +75,11 @@ fn head(s: &str, n: usize) -> &str {
         n -= 1;
     }
     &s[..n]
+}
+
+/// Bytes at the start of `s` that a host or service name may hold (`[A-Za-z0-9._-]`).
+fn name_len(s: &str) -> usize {
+    s.bytes().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')).count()
 }
 
 fn after_ws(s: &str) -> &str {
@@ -108,6 +117,33 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             };
             p.rank = rank.parse().ok();
             return Some(rest);
+        }
+    }
+    // Determined's `[rank=3] `.
+    if let Some(n) = inner.strip_prefix("rank=").filter(|n| !n.is_empty() && digits(n) == n.len()) {
+        let rest = after.strip_prefix(' ')?;
+        p.rank = n.parse().ok();
+        return Some(rest);
+    }
+    // A bracketed ISO-8601 stamp: SGLang's `[2025-01-02 10:11:12 TP1] ` (its parallel-rank tags
+    // follow the time), Determined's `[2024-02-27T21:35:32.106313Z] `.
+    // NCCL 2.32 writes the same stamp as SGLang's untagged one; its own parser reads that.
+    if inner.len() >= 19 && after.starts_with(' ') && !head(after, 160).contains(" NCCL ") {
+        let (stamp, tags) = match inner.get(19..).and_then(|t| t.find(' ')).map(|i| i + 19) {
+            Some(i) => (&inner[..i], &inner[i + 1..]),
+            None => (inner, ""),
+        };
+        let tags_ok = tags.split(' ').all(|t| {
+            t.is_empty()
+                || (t.len() <= 8
+                    && t.starts_with(|c: char| c.is_ascii_uppercase())
+                    && t.ends_with(|c: char| c.is_ascii_digit()))
+        });
+        let mut probe = Prefixed::default();
+        let spaced = format!("{stamp} ");
+        if tags_ok && iso_ts(&spaced, &mut probe).is_some() {
+            p.ts = probe.ts;
+            return Some(&after[1..]);
         }
     }
     // A collector's line counter (`[80746] `) in front of another prefix.
@@ -159,11 +195,25 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     {
         return Some(&after[1..]);
     }
+    // A pod's name alone, as `akash logs` writes it: `[webapp-64bcb5d547-fblkv] ` (Kubernetes
+    // names a Deployment's pods `<name>-<hash>-<5 chars>`).
+    if after.starts_with(' ') && is_pod_name(inner) {
+        return Some(&after[1..]);
+    }
     // kubectl logs --prefix: `[pod/<pod>/<container>] `.
     if inner.starts_with("pod/") && inner.matches('/').count() == 2 && after.starts_with(' ') {
         return Some(&after[1..]);
     }
     None
+}
+
+fn is_pod_name(s: &str) -> bool {
+    let Some((front, suffix)) = s.rsplit_once('-') else { return false };
+    s.len() <= 253
+        && front.contains('-')
+        && suffix.len() == 5
+        && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 const LEVEL_TAGS: [&str; 9] = ["info", "warning", "warn", "error", "debug", "critical", "fatal", "trace", "notice"];
@@ -178,7 +228,16 @@ fn ray<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
         return Some(after);
     }
     let head_end = inner.find("pid=")?;
-    let head = &inner[..head_end];
+    let mut head = &inner[..head_end];
+    // vLLM's multiprocess workers: `(VllmWorker rank=1 pid=2345) `.
+    if let Some(i) = head.find(" rank=") {
+        let n = head[i + 6..].trim_end();
+        if n.is_empty() || digits(n) != n.len() {
+            return None;
+        }
+        p.rank = n.parse().ok();
+        head = &head[..i + 1];
+    }
     // The actor or task name before `pid=` is one word (e.g. `RayWorkerWrapper`, `_MapWorker`).
     if !(head.is_empty() || (head.ends_with(' ') && !head.trim_end().contains(' '))) {
         return None;
@@ -194,6 +253,24 @@ fn ray<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     }
     p.pid = pid;
     Some(after)
+}
+
+/// A benchmark runner's tag and pipe, milabench's `resnet50.D0 [stderr] ` (its TerminalFormatter).
+fn tag_pipe(s: &str) -> Option<&str> {
+    let sp = head(s, 80).find(' ')?;
+    let tag = &s[..sp];
+    if !tag.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_')) || !tag.contains('.') {
+        return None;
+    }
+    let t = &s[sp + 1..];
+    let rest = t.strip_prefix("[stderr]").or_else(|| t.strip_prefix("[stdout]"))?;
+    (rest.is_empty() || rest.starts_with(' ')).then(|| rest.strip_prefix(' ').unwrap_or(rest))
+}
+
+/// Determined's per-container tag: eight hex digits and ` || ` (`fa88a9df || `).
+fn container_id(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    (b.len() > 12 && b[..8].iter().all(u8::is_ascii_hexdigit) && &b[8..12] == b" || ").then(|| &s[12..])
 }
 
 /// `srun --label`: the task id, a colon and a space (` 3: `, `12: `).
@@ -277,6 +354,13 @@ fn syslog<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
 
 /// docker compose: `trainer-1  | ` (v2) or `trainer_1  | ` (v1).
 fn compose(s: &str) -> Option<&str> {
+    // The name runs up to the first byte outside it, which must be the whitespace before ` | `:
+    // an NCCL head (`host:pid:tid`) is turned away here, before any search.
+    match s.as_bytes().get(name_len(s)) {
+        Some(&c) if c.is_ascii() && c != b' ' && !(b'\t'..=b'\r').contains(&c) => return None,
+        None => return None,
+        _ => {}
+    }
     let bar = head(s, 80).find(" | ").or_else(|| head(s, 80).find(" |\t"))?;
     let name = s[..bar].trim_end();
     let (base, n) = name.rsplit_once(['-', '_'])?;
@@ -292,11 +376,12 @@ fn compose(s: &str) -> Option<&str> {
 /// pdsh / deepspeed's multi-node launcher: `host: ` in front of a line that itself starts with a
 /// prefix or an NCCL head. Alone, `word: ` is far more often a message (`RuntimeError: ...`).
 fn pdsh<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
-    let colon = head(s, 64).find(": ")?;
-    let host = &s[..colon];
-    if !host.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_')) {
+    // The host is a name, then `: ` within the first 64 bytes.
+    let colon = name_len(s);
+    if colon + 2 > 64 || !s[colon..].starts_with(": ") {
         return None;
     }
+    let host = &s[..colon];
     // An exception name is not a host.
     if host.ends_with("Error") || host.ends_with("Exception") || host.ends_with("Warning") {
         return None;
@@ -337,6 +422,32 @@ mod tests {
             rest("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"),
             "[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"
         );
+    }
+
+    #[test]
+    fn framework_and_platform_prefixes() {
+        let p = strip_prefixes(
+            "[2025-01-02 10:11:12 DP0 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+        );
+        assert_eq!(p.rest, "Scheduler hit an exception: Traceback (most recent call last):");
+        assert!(p.ts.is_some());
+        assert_eq!(rest("[2025-01-02 10:11:12] Load weight end."), "Load weight end.");
+        let p = strip_prefixes(
+            "[2024-02-27T21:35:32.106313Z] fa88a9df || WARNING: torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
+        );
+        assert!(p.rest.starts_with("WARNING: torch.distributed"), "{}", p.rest);
+        assert_eq!(strip_prefixes("[rank=3] x").rank, Some(3));
+        let p = strip_prefixes("(VllmWorker rank=1 pid=2345) ERROR 05-12 10:11:12 [x.py:1] boom");
+        assert_eq!((p.rank, p.pid), (Some(1), Some(2345)));
+        assert_eq!(rest("[not a date at all here] x"), "[not a date at all here] x");
+        assert_eq!(rest("deadbeef is not a tag"), "deadbeef is not a tag");
+        let p = strip_prefixes("llama.D0 [stderr] [rank0]:[E1117 10:00:00.1 ProcessGroupNCCL.cpp:1] x");
+        assert_eq!((p.rank, p.rest), (Some(0), "[E1117 10:00:00.1 ProcessGroupNCCL.cpp:1] x"));
+        assert_eq!(rest("see [stderr] for more"), "see [stderr] for more");
+        // Akash's `akash logs` (its docs, usage/cli/logs.md): the pod, then kubectl's timestamp.
+        let p = strip_prefixes("[webapp-64bcb5d547-fblkv] 2018-08-01T00:08:51.307976982Z NCCL WARN x");
+        assert!(p.ts.is_some() && p.rest == "NCCL WARN x", "{:?}", p.rest);
+        assert_eq!(rest("[see-the-docs] x"), "[see-the-docs] x");
     }
 
     #[test]

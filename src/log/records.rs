@@ -115,6 +115,8 @@ struct Open {
     ignored: bool,
     /// The next line of this key is a `Last error:` payload.
     payload_next: bool,
+    /// A complete-looking c10 line that may go on in the next physical line (a paste wrapped it).
+    soft: bool,
 }
 
 impl Open {
@@ -130,6 +132,7 @@ impl Open {
             chained_next: false,
             ignored: false,
             payload_next: false,
+            soft: false,
         }
     }
 
@@ -213,6 +216,9 @@ impl Assembler {
 
     /// Feed line `line` (`raw` as read, `p` its prefixes stripped).
     pub fn feed(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) -> Fed {
+        if let Some(fed) = self.soft_wrap(line, raw, p) {
+            return fed;
+        }
         let key = p.any_rank();
         let msg = p.rest;
         if msg.is_empty() {
@@ -231,20 +237,24 @@ impl Assembler {
 
     /// Open a record if `msg` starts one.
     fn start(&mut self, line: u64, raw: &str, p: &Prefixed<'_>, key: Option<u32>, msg: &str) -> Fed {
-        let (kind, stage, role) =
-            if msg.starts_with("Traceback (most recent call last)") || msg.starts_with("Exception ignored in") {
-                (Kind::Traceback, Stage::Frames, Role::Context)
-            } else if msg.starts_with("terminate called after throwing an instance of") {
-                (Kind::Terminate, Stage::Message, Role::Match)
-            } else if is_crash_head(msg) {
-                (Kind::Crash, Stage::Message, Role::Match)
-            } else if is_wrapped_c10_header(msg) {
-                (Kind::Wrapped, Stage::Message, Role::Match)
-            } else if msg.trim_end().ends_with("Last error:") {
-                (Kind::LastError, Stage::Message, Role::Match)
-            } else {
-                return Fed::Alone;
-            };
+        let (kind, stage, role) = if msg.starts_with("Traceback (most recent call last)")
+                || msg.starts_with("Exception ignored in")
+                // A logger that prints the traceback after its own words (SGLang's `Scheduler hit
+                // an exception: Traceback (most recent call last):`).
+                || msg.ends_with(": Traceback (most recent call last):")
+        {
+            (Kind::Traceback, Stage::Frames, Role::Context)
+        } else if msg.starts_with("terminate called after throwing an instance of") {
+            (Kind::Terminate, Stage::Message, Role::Match)
+        } else if is_crash_head(msg) {
+            (Kind::Crash, Stage::Message, Role::Match)
+        } else if is_wrapped_c10_header(msg) || may_wrap(msg) {
+            (Kind::Wrapped, Stage::Message, Role::Match)
+        } else if msg.trim_end().ends_with("Last error:") {
+            (Kind::LastError, Stage::Message, Role::Match)
+        } else {
+            return Fed::Alone;
+        };
         if self.open.len() >= MAX_OPEN {
             let o = self.open.remove(0);
             self.done.push(o.close());
@@ -256,8 +266,49 @@ impl Assembler {
             o.head = Some(0);
         }
         o.payload_next = kind == Kind::LastError;
+        o.soft = kind == Kind::Wrapped && !is_wrapped_c10_header(msg);
         self.open.push(o);
         Fed::Taken
+    }
+
+    /// A pasted log wraps long lines where the terminal did: the rest of a message lands on the
+    /// next line without the prefixes. Join such a line to the message it continues (a c10 line
+    /// waiting alone, or the message part a traceback or terminate record read last); any other
+    /// line closes a c10 line that waits alone.
+    fn soft_wrap(&mut self, line: u64, raw: &str, p: &Prefixed<'_>) -> Option<Fed> {
+        let next = |o: &Open| o.parts.last().is_some_and(|l| l.line + 1 == line);
+        if let Some(o) = self.open.iter_mut().find(|o| next(o) && (o.soft || o.kind != Kind::Wrapped)) {
+            let last = o.parts.last().expect("an open record has a part");
+            // The part that was read last, or the one whose wrap was read last.
+            let m = if last.role == Role::Match {
+                Some(o.parts.len() - 1)
+            } else if last.flags.continuation && last.role == Role::Context {
+                o.parts.iter().rposition(|x| x.role == Role::Match)
+            } else {
+                None
+            };
+            // A wrap at a word boundary often keeps the space it broke at; only a c10 line that
+            // waits alone may go on in upper case (torch's own multi-line messages do).
+            let broke_at_space = o.soft && last.raw.ends_with(' ');
+            if let Some(m) = m.filter(|&m| o.parts[m].msg.len() < 2048) {
+                if (broke_at_space || ends_mid_sentence(&o.parts[m].msg)) && continues_wrapped(raw, p, broke_at_space) {
+                    let h = &mut o.parts[m];
+                    for s in [&mut h.msg, &mut h.raw] {
+                        s.truncate(s.trim_end().len());
+                        s.push(' ');
+                        s.push_str(p.rest);
+                    }
+                    let flags = Flags { continuation: true, ..Flags::default() };
+                    o.push(line, raw, p, Role::Context, p.rest.to_string(), flags);
+                    return Some(Fed::Taken);
+                }
+            }
+        }
+        if let Some(i) = self.open.iter().position(|o| o.soft) {
+            let o = self.open.remove(i);
+            self.done.push(o.close());
+        }
+        None
     }
 
     /// Take `msg` into open record `i`, or say it does not belong there.
@@ -282,7 +333,7 @@ impl Assembler {
         match o.kind {
             Kind::Wrapped => {
                 // The body of a header cut after `Warning:` or before its `]`.
-                if o.parts.len() == 1 && !starts_record(msg) {
+                if !o.soft && o.parts.len() == 1 && !starts_record(msg) {
                     let h = &mut o.parts[0];
                     h.msg.push(' ');
                     h.msg.push_str(msg);
@@ -321,9 +372,12 @@ impl Assembler {
                         Role::Context
                     };
                     if role == Role::Match {
+                        // The evidence shows the signal too: the head alone names no cause.
                         let h = &mut o.parts[0];
-                        h.msg.push_str(" | ");
-                        h.msg.push_str(msg);
+                        for s in [&mut h.msg, &mut h.raw] {
+                            s.push_str(" | ");
+                            s.push_str(msg);
+                        }
                     }
                     o.push(line, raw, p, Role::Context, msg.to_string(), Flags::default());
                     return true;
@@ -402,7 +456,7 @@ fn continue_traceback(o: &mut Open, line: u64, raw: &str, p: &Prefixed<'_>) -> b
 /// A line that begins a message of its own, so it cannot continue another one.
 fn starts_record(msg: &str) -> bool {
     msg.starts_with("Traceback (most recent call last)")
-        || msg.contains(" NCCL ")
+        || is_nccl_line(msg)
         || super::record::positional_warn(msg)
         || msg.starts_with("[epdoctor")
         || msg.starts_with("terminate called")
@@ -412,6 +466,14 @@ fn starts_record(msg: &str) -> bool {
         || msg.starts_with("Exception ignored in")
         || (msg.contains("torch/distributed/elastic/") || msg.contains("torch.distributed.elastic"))
             && !is_exception_line(msg)
+}
+
+/// An NCCL debug line (`host:pid:tid [dev] NCCL INFO ...`), not a message that names NCCL.
+fn is_nccl_line(msg: &str) -> bool {
+    msg.match_indices(" NCCL ").any(|(i, _)| {
+        let t = &msg[i + 6..];
+        ["INFO", "WARN", "ATTN", "TRACE", "ABORT", "VERSION"].iter().any(|l| t.starts_with(l))
+    })
 }
 
 /// The first line of an in-process crash handler's report.
@@ -464,6 +526,39 @@ fn is_wrapped_c10_header(msg: &str) -> bool {
             body.is_empty() || body == "Warning:"
         }
     }
+}
+
+/// A c10 warning or error whose text does not end like a finished sentence: a paste may have
+/// wrapped it (torch's messages end in `.`, `)` or a value, rarely in a plain word).
+fn may_wrap(msg: &str) -> bool {
+    let b = msg.as_bytes();
+    if b.len() < 40 || b[0] != b'[' || !matches!(b[1], b'W' | b'E' | b'F') || !b[2].is_ascii_digit() {
+        return false;
+    }
+    let Some(close) = msg.find("] ") else { return false };
+    let body = msg[close + 2..].trim_end();
+    body.len() > 20 && (ends_mid_sentence(body) || msg.ends_with(' '))
+}
+
+/// Text that stops where a sentence would not: in a word or after a comma.
+fn ends_mid_sentence(msg: &str) -> bool {
+    msg.trim_end().bytes().last().is_some_and(|c| c.is_ascii_alphabetic() || c == b',')
+}
+
+/// The line goes on with a wrapped message: no prefix of its own, not a record or a header, and
+/// it starts mid-sentence (lower case), or the line before broke at a space.
+fn continues_wrapped(raw: &str, p: &Prefixed<'_>, broke_at_space: bool) -> bool {
+    let msg = p.rest;
+    let first = msg.bytes().next();
+    p.rank.is_none()
+        && p.local_rank.is_none()
+        && p.ts.is_none()
+        && !p.indented
+        && raw.len() == msg.len()
+        && (first.is_some_and(|c| c.is_ascii_lowercase())
+            || broke_at_space && first.is_some_and(|c| c.is_ascii_alphanumeric()))
+        && !starts_record(msg)
+        && !is_exception_line(msg)
 }
 
 /// Remember the shared libraries (and NCCL/NVSHMEM/DeepEP symbols) a backtrace line names.
@@ -654,6 +749,43 @@ mod tests {
         ]);
         assert_eq!(recs.len(), 1);
         assert!(recs[0][0].msg.ends_with("which can leak resources."));
+    }
+
+    #[test]
+    fn pasted_wrap_joins_the_rest_of_a_c10_message() {
+        // torch's destructor warning (ProcessGroupNCCL.cpp, 2.4+) as a terminal paste wraps it.
+        let recs = run(&[
+            "[rank3]:[W0501 08:00:00.123456789 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not called before program",
+            "exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())",
+            "[rank2]:[W0501 08:00:00.2 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not called before program",
+            "Something else entirely",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert!(m[0].ends_with("before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())"), "{m:?}");
+        // A line that does not go on mid-sentence stays a message of its own.
+        assert!(m[1].ends_with("was not called before program"), "{m:?}");
+        assert_eq!(m[2], "Something else entirely", "{m:?}");
+        assert_eq!(m.len(), 3, "{m:?}");
+        // Broken at a space (the space kept), the rest may start in upper case.
+        let recs = run(&[
+            "[rank3]:[E909 09:55:46.1 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 3] Timeout at NCCL work: 7, last enqueued ",
+            "NCCL work: 9, last completed NCCL work: 6.",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].ends_with("last enqueued NCCL work: 9, last completed NCCL work: 6."), "{m:?}");
+    }
+
+    #[test]
+    fn pasted_wrap_inside_a_terminate_record() {
+        let recs = run(&[
+            "terminate called after throwing an instance of 'c10::DistBackendError'",
+            "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making",
+            "progress in monitoring enqueued collectives.",
+            "Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1234 (most recent call first):",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert!(m.iter().any(|t| t.ends_with("without making progress in monitoring enqueued collectives.")), "{m:?}");
     }
 
     #[test]

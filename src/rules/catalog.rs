@@ -19,9 +19,15 @@ pub const CATALOG_FILE: &str = "rules/catalog/fingerprints.toml";
 struct CatalogFile {
     releases: Vec<String>,
     #[serde(default)]
+    torch_releases: Vec<String>,
+    #[serde(default)]
     nccl: HashMap<String, Vec<String>>,
     #[serde(default)]
     torch_nccl: HashMap<String, String>,
+    /// torch's C++ sites (`File.cpp:LINE` as its log prefix shows it): the text is a piece the
+    /// message contains, not its start (the pieces were read from machine code).
+    #[serde(default)]
+    torch: HashMap<String, Vec<String>>,
 }
 
 /// One message at one file:line and the releases that print it there.
@@ -41,6 +47,16 @@ pub struct Sites {
     by_line: HashMap<u32, Vec<usize>>,
     /// torch release -> the NCCL its wheel pins.
     pins: Vec<(Version, Version)>,
+    /// torch's C++ sites, ids from 0 in their own space.
+    torch: TorchSites,
+}
+
+/// The C++ c10d sites of every catalogued torch release.
+#[derive(Debug, Default)]
+struct TorchSites {
+    releases: Vec<Version>,
+    entries: Vec<Entry>,
+    by_line: HashMap<u32, Vec<usize>>,
 }
 
 impl Sites {
@@ -78,23 +94,14 @@ impl Sites {
             hand_ranges.push((min, max, &fp.sites));
         }
         releases.sort();
-        let index = |v: &Version| releases.binary_search(v).ok();
         let mut s = Sites { releases: releases.clone(), ..Sites::default() };
         let mut keys: Vec<&String> = f.nccl.keys().collect();
         keys.sort(); // entry order must not depend on the hash map's
         for site in keys {
             let (file, line) = split_site(site).ok_or_else(|| anyhow!("{CATALOG_FILE}: bad site `{site}`"))?;
             for item in &f.nccl[site] {
-                let (ranges, text) = item.split_once(' ').unwrap_or((item, ""));
-                let mut set = BTreeSet::new();
-                for r in ranges.split(',') {
-                    let (a, b) = r.split_once("..").unwrap_or((r, r));
-                    let bad = || anyhow!("{CATALOG_FILE}: site `{site}`: bad release range `{r}`");
-                    let a = Version::parse(a).and_then(|v| index(&v)).ok_or_else(bad)?;
-                    let b = Version::parse(b).and_then(|v| index(&v)).ok_or_else(bad)?;
-                    set.extend(a..=b);
-                }
-                s.push(file, line, text, set);
+                let text = item.split_once(' ').map(|(_, t)| t).unwrap_or("");
+                s.push(file, line, text, parse_ranges(item, &releases, site)?);
             }
         }
         for (min, max, sites) in hand_ranges {
@@ -110,6 +117,7 @@ impl Sites {
                 s.push(file, line, "", set.clone());
             }
         }
+        s.torch = TorchSites::parse(&f.torch_releases, &f.torch)?;
         for (t, n) in &f.torch_nccl {
             let bad = || anyhow!("{CATALOG_FILE}: torch_nccl: bad entry `{t}` = `{n}`");
             s.pins.push((Version::parse(t).ok_or_else(bad)?, Version::parse(n).ok_or_else(bad)?));
@@ -141,16 +149,27 @@ impl Sites {
     /// The releases every seen entry allows (their intersection), as (lowest, highest); `None` when
     /// nothing was seen or the entries contradict each other (ranks of different releases).
     pub fn infer(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
-        let mut cand: Option<BTreeSet<usize>> = None;
-        for id in seen {
-            let r = &self.entries.get(id as usize)?.releases;
-            cand = Some(match cand {
-                None => r.clone(),
-                Some(c) => c.intersection(r).copied().collect(),
-            });
-        }
-        let c = cand?;
+        let c = intersect(seen.into_iter().map(|id| self.entries.get(id as usize).map(|e| &e.releases)))?;
         Some((self.releases[*c.first()?], self.releases[*c.last()?]))
+    }
+
+    /// The entry of a torch C++ line printed at `file:line` (its log prefix) with message `msg`.
+    pub fn lookup_torch(&self, file: &str, line: u32, msg: &str) -> Option<u32> {
+        let t = &self.torch;
+        let base = file.rsplit('/').next().unwrap_or(file);
+        t.by_line
+            .get(&line)?
+            .iter()
+            .copied()
+            .find(|&i| t.entries[i].file == base && msg.contains(&t.entries[i].text))
+            .map(|i| i as u32)
+    }
+
+    /// The torch releases every seen torch entry allows, as (lowest, highest).
+    pub fn infer_torch(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
+        let t = &self.torch;
+        let c = intersect(seen.into_iter().map(|id| t.entries.get(id as usize).map(|e| &e.releases)))?;
+        Some((t.releases[*c.first()?], t.releases[*c.last()?]))
     }
 
     /// The NCCL the stock wheel of torch `t` pins: the same release, else the same minor's
@@ -180,6 +199,55 @@ impl Sites {
             ),
         })
     }
+}
+
+impl TorchSites {
+    fn parse(releases: &[String], sites: &HashMap<String, Vec<String>>) -> Result<TorchSites> {
+        let mut t = TorchSites::default();
+        for r in releases {
+            t.releases.push(Version::parse(r).ok_or_else(|| anyhow!("{CATALOG_FILE}: bad torch release `{r}`"))?);
+        }
+        let mut keys: Vec<&String> = sites.keys().collect();
+        keys.sort();
+        for site in keys {
+            let (file, line) = split_site(site).ok_or_else(|| anyhow!("{CATALOG_FILE}: bad torch site `{site}`"))?;
+            for item in &sites[site] {
+                let set = parse_ranges(item, &t.releases, site)?;
+                let text = item.split_once(' ').map(|(_, t)| t).unwrap_or("");
+                t.by_line.entry(line).or_default().push(t.entries.len());
+                t.entries.push(Entry { file: file.to_string(), text: text.to_string(), releases: set });
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// The release set of one `"RANGES TEXT"` item: `a..b` or one release, comma-separated.
+fn parse_ranges(item: &str, releases: &[Version], site: &str) -> Result<BTreeSet<usize>> {
+    let ranges = item.split_once(' ').map(|(r, _)| r).unwrap_or(item);
+    let index = |v: &Version| releases.binary_search(v).ok();
+    let mut set = BTreeSet::new();
+    for r in ranges.split(',') {
+        let (a, b) = r.split_once("..").unwrap_or((r, r));
+        let bad = || anyhow!("{CATALOG_FILE}: site `{site}`: bad release range `{r}`");
+        let a = Version::parse(a).and_then(|v| index(&v)).ok_or_else(bad)?;
+        let b = Version::parse(b).and_then(|v| index(&v)).ok_or_else(bad)?;
+        set.extend(a..=b);
+    }
+    Ok(set)
+}
+
+/// The intersection of release sets; `None` when there are none or one is unknown.
+fn intersect<'a>(sets: impl Iterator<Item = Option<&'a BTreeSet<usize>>>) -> Option<BTreeSet<usize>> {
+    let mut cand: Option<BTreeSet<usize>> = None;
+    for r in sets {
+        let r = r?;
+        cand = Some(match cand {
+            None => r.clone(),
+            Some(c) => c.intersection(r).copied().collect(),
+        });
+    }
+    cand
 }
 
 fn split_site(s: &str) -> Option<(&str, u32)> {
@@ -236,6 +304,32 @@ releases = ["2.18.1", "2.22.3", "2.23.4", "2.32.3"]
         assert_eq!(s.torch_pin(Version(2, 5, 1)), Some((Version(2, 5, 1), Version(2, 21, 5))));
         assert_eq!(s.torch_pin(Version(2, 5, 0)), Some((Version(2, 5, 1), Version(2, 21, 5))));
         assert_eq!(s.torch_pin(Version(2, 6, 0)), None);
+    }
+
+    #[test]
+    fn torch_sites_match_a_piece_of_the_message_at_the_base_name_and_line() {
+        let cat = r#"
+releases = ["2.18.1"]
+torch_releases = ["2.6.0", "2.7.1", "2.8.0"]
+[torch]
+"ProcessGroupNCCL.cpp:1479" = ["2.7.1 was not called before program exit"]
+"ProcessGroupNCCL.cpp:1538" = ["2.6.0 heart beat monitor thread joined", "2.8.0 was not called before program exit"]
+"#;
+        let s = Sites::from_parts(cat, &[]).unwrap();
+        let a = s
+            .lookup_torch(
+                "ProcessGroupNCCL.cpp",
+                1538,
+                "WARNING: destroy_process_group() was not called before program exit",
+            )
+            .unwrap();
+        assert_eq!(s.infer_torch([a]), Some((Version(2, 8, 0), Version(2, 8, 0))));
+        let b = s
+            .lookup_torch("/x/c10d/ProcessGroupNCCL.cpp", 1479, "Warning: ... was not called before program exit")
+            .unwrap();
+        assert_eq!(s.infer_torch([a, b]), None);
+        assert_eq!(s.lookup_torch("ProcessGroupNCCL.cpp", 1479, "another message"), None);
+        assert!(Sites::from_parts(&cat.replace("2.7.1 was", "2.7.0 was"), &[]).is_err());
     }
 
     #[test]

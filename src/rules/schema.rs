@@ -59,6 +59,11 @@ pub struct RuleDef {
     /// a symptom when it failed, and "check that the run completed" when the log shows neither.
     #[serde(default)]
     pub needs_success: bool,
+    /// Stricter `needs_success`: benign only when the log shows the run succeeded; with neither
+    /// success nor failure seen, a warning that says what to check (the benign reading is the
+    /// rarer one, e.g. NVSHMEM's IBGDA, which DeepEP's internode kernels need).
+    #[serde(default)]
+    pub success_seen: bool,
     /// What the same lines mean outside the rule's version range, said when the log reveals no
     /// version.
     #[serde(default)]

@@ -1,0 +1,186 @@
+//! Grouping hits under the rule that wins them, and one finding per rule.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::primary::earlier_hit;
+use super::ranks::Ranks;
+use super::state::{Hit, State, Who};
+use super::{Engine, Options};
+use crate::model::{Finding, Severity};
+
+impl Engine {
+    /// Whether a rule that fired excludes rule `r`.
+    fn excluded(&self, r: usize, fired: &BTreeSet<usize>) -> bool {
+        self.rules[r].def.excludes.iter().any(|id| fired.iter().any(|&x| self.rules[x].def.id == *id))
+    }
+
+    /// Every group's hits filed under the rule that wins it (version gates first, then
+    /// requires/excludes against the rules that can fire); the rest are unexplained.
+    pub(crate) fn group(&self, st: &mut State, allowed: &[bool], opts: &Options) -> Grouped {
+        let winner = |cands: &[usize], fired: Option<&BTreeSet<usize>>| -> Option<usize> {
+            cands.iter().copied().find(|&r| {
+                allowed[r]
+                    && fired.is_none_or(|f| {
+                        let d = &self.rules[r].def;
+                        d.requires.iter().all(|id| f.iter().any(|&x| self.rules[x].def.id == *id))
+                            && !self.excluded(r, f)
+                    })
+            })
+        };
+        let fired0: BTreeSet<usize> = st.groups.keys().filter_map(|c| winner(c, None)).collect();
+        let mut accs: HashMap<usize, Acc> = HashMap::new();
+        let mut unexplained = std::mem::take(&mut st.unexplained);
+        let mut extra_unexplained = st.unexplained_dropped;
+        for (cands, g) in std::mem::take(&mut st.groups) {
+            match winner(&cands, Some(&fired0)) {
+                Some(r) => {
+                    let a = accs.entry(r).or_default();
+                    a.count += g.count;
+                    a.causes += g.causes;
+                    a.ignored += g.ignored;
+                    a.who.extend(g.who);
+                    a.hits.extend(g.sample);
+                    a.hits.extend(g.earliest_ts);
+                }
+                None if cands.iter().any(|&r| allowed[r] && self.excluded(r, &fired0)) => {
+                    // A rule that fired explains these lines better (an interrupt explains the cleanup).
+                }
+                None => {
+                    // Every candidate was gated out: these lines are unexplained if they are warnings.
+                    let mut sampled = 0;
+                    for h in g.sample.into_iter().chain(g.warn_sample) {
+                        if h.warn {
+                            sampled += 1;
+                            if opts.templates {
+                                st.add_template(&h);
+                            }
+                            unexplained.push(h);
+                        }
+                    }
+                    // Only the warnings among the hits past the sample (INFO lines are no news).
+                    extra_unexplained += g.warns.saturating_sub(sampled);
+                }
+            }
+        }
+        Grouped { accs, unexplained, extra_unexplained }
+    }
+
+    /// One finding per rule that fired, with its evidence in a canonical order (by time where
+    /// lines have one, else by file name and line), so the order of the inputs changes nothing.
+    pub(crate) fn findings(&self, accs: HashMap<usize, Acc>, st: &State, ranks: &Ranks, opts: &Options) -> Vec<Cand> {
+        let mut out = Vec::new();
+        for (r, mut a) in accs {
+            let rule = &self.rules[r];
+            let d = &rule.def;
+            a.hits.sort_by(|x, y| st.canon(x).cmp(&st.canon(y)));
+            a.hits.dedup_by(|x, y| x.source == y.source && x.line == y.line);
+            // The earliest hit, preferring the lines the record does not mark as consequences.
+            let causal = |h: &&Hit| !h.symptom && !h.ignored;
+            let first = a
+                .hits
+                .iter()
+                .filter(causal)
+                .chain(a.hits.iter())
+                .fold(None::<&Hit>, |best, h| match best {
+                    Some(b) if !earlier_hit(h, b) || (causal(&b) && !causal(&h)) => Some(b),
+                    _ => Some(h),
+                })
+                .cloned()
+                .unwrap_or_default();
+            let mut ev: Vec<&Hit> =
+                a.hits.iter().filter(|h| h.source == first.source && h.line == first.line).take(1).collect();
+            for h in &a.hits {
+                if ev.len() >= opts.evidence.max(1) {
+                    break;
+                }
+                if !ev.iter().any(|x| x.source == h.source && x.line == h.line) {
+                    ev.push(h);
+                }
+            }
+            let evidence = ev.into_iter().map(|h| st.evidence_of(h, ranks.of(h))).collect();
+            let mut rank_set: BTreeSet<u32> = a.hits.iter().filter_map(|h| ranks.of(h)).collect();
+            for w in &a.who {
+                let h = Hit { source: w.3, rank: w.0, host: w.1.clone(), pid: w.2, launcher: w.4, ..Hit::default() };
+                rank_set.extend(ranks.of(&h));
+            }
+            let ignored_only = a.ignored == a.count;
+            let mut finding = Finding {
+                rule: d.id.clone(),
+                title: d.title.clone(),
+                category: d.category.clone(),
+                severity: d.severity,
+                benign: d.benign,
+                ranks: rank_set.into_iter().collect(),
+                count: a.count,
+                evidence,
+                root_cause: d.root_cause.trim().to_string(),
+                fix: d.fix.trim().to_string(),
+                refs: d.refs.clone(),
+                context: None,
+                torch: None,
+            };
+            if ignored_only && !d.benign {
+                finding.benign = true;
+                finding.severity = finding.severity.min(Severity::Warning);
+                finding.context = Some(
+                    "Python printed this exception as `Exception ignored in:` (a destructor or atexit hook at \
+                     interpreter exit): it did not end the process, so alone it is no failure"
+                        .into(),
+                );
+            }
+            out.push(Cand {
+                finding,
+                first,
+                rule: r,
+                priority: d.priority,
+                // A rule's own symptoms, and findings whose every line the record marks as a
+                // consequence (a chained exception, an error restated by its `Last error:`).
+                symptom: d.symptom || (a.causes == 0 && !ignored_only),
+                demotable: d.demote_on_failure || ignored_only,
+                precursor: !d.precursor_of.is_empty(),
+                lead: false,
+            });
+        }
+        // Display order: where each finding first appears.
+        out.sort_by(|a, b| {
+            st.canon(&a.first).cmp(&st.canon(&b.first)).then_with(|| a.finding.rule.cmp(&b.finding.rule))
+        });
+        out
+    }
+}
+
+/// A finding while it is arbitrated.
+pub(crate) struct Cand {
+    pub(crate) finding: Finding,
+    /// Its earliest (causal) hit.
+    pub(crate) first: Hit,
+    pub(crate) rule: usize,
+    pub(crate) priority: i32,
+    pub(crate) symptom: bool,
+    /// Benign noise that a failure in the run turns into a symptom.
+    pub(crate) demotable: bool,
+    pub(crate) precursor: bool,
+    /// A precursor whose downstream failure fired: it is the cause.
+    pub(crate) lead: bool,
+}
+
+impl Cand {
+    pub(crate) fn actionable(&self) -> bool {
+        !self.finding.benign && self.finding.severity >= Severity::Warning
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Acc {
+    pub(crate) count: u64,
+    pub(crate) causes: u64,
+    pub(crate) ignored: u64,
+    pub(crate) hits: Vec<Hit>,
+    pub(crate) who: BTreeSet<Who>,
+}
+
+pub(crate) struct Grouped {
+    pub(crate) accs: HashMap<usize, Acc>,
+    pub(crate) unexplained: Vec<Hit>,
+    pub(crate) extra_unexplained: u64,
+}

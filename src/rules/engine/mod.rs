@@ -1,0 +1,338 @@
+//! The matcher: one pass over every line with a single `RegexSet` (rules, phase markers and the
+//! engine's own version and rank lines together), then arbitration into findings and a verdict.
+//!
+//! Memory stays bounded whatever the input size: per group of hits we keep a count, a capped
+//! sample of lines and the earliest one; unexplained lines are capped the same way.
+//!
+//! Speed: a literal prefilter (`log::Prefilter`) lets only the lines that can match a pattern or be
+//! a warning reach the `RegexSet`, and lines are borrowed from the reader's buffer, not copied.
+//! Several inputs are read by one thread per core, each into a state of its own; the states are
+//! merged in input order into exactly the state one thread reading them in turn would have built.
+//!
+//! By what each part decides: `scan` (reading, the prefilter, records, each line matched), `state`
+//! (what reading keeps, and the merge), `versions` (stated, assumed or inferred; the gates and the
+//! readings), `ranks`, `findings` (grouping under the winning rule), `outcome`, `primary` (the
+//! culprit), `verdict` (demotion and the verdict); `finish` here runs them in order.
+
+mod findings;
+mod outcome;
+mod primary;
+mod ranks;
+mod scan;
+mod state;
+mod verdict;
+mod versions;
+
+use std::sync::OnceLock;
+
+use anyhow::Result;
+use regex::{Regex, RegexSet};
+
+use super::catalog::Sites;
+use super::schema::{self, Marker, OutcomeMarker, Rule};
+use super::version::Version;
+use crate::log::{self, Input};
+use crate::model::{Analysis, Template, Unexplained, Unrelated, SCHEMA_VERSION};
+use primary::primary;
+use ranks::Ranks;
+use state::{SourceState, State};
+
+/// Hits kept per group (the rest are counted).
+const SAMPLE: usize = 32;
+/// NCCL versions kept (the lowest), and WARN sites kept (only sites of `rules/fingerprints.toml`
+/// count, so the cap is a backstop that no real log reaches).
+const VERSIONS_CAP: usize = 16;
+const SITES_CAP: usize = 1024;
+/// Bytes of a line kept as evidence: a 1 MiB line is matched whole but not carried whole into
+/// every report (200 such unexplained lines were 200 MiB of memory and of Markdown).
+const HIT_TEXT_MAX: usize = 4096;
+/// (host, pid) -> rank entries kept from communicator lines.
+const RANK_MAP_CAP: usize = 1 << 16;
+/// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
+const READ_AHEAD: usize = 4;
+/// Input size from which the prefilter pays for its building (about 10 ms): below, every line
+/// takes the full matcher, which is quicker for a few thousand lines.
+const BIG_INPUT: u64 = 1 << 20;
+/// Unexplained lines kept (the rest are counted, and grouped by template when asked).
+const UNEXPLAINED_KEEP: usize = 200;
+/// Unrelated Python warnings kept as examples, and outcome marker lines kept per input.
+const UNRELATED_KEEP: usize = 20;
+const OUTCOME_KEEP: usize = 64;
+const TEMPLATE_CAP: usize = 5000;
+const WHO_CAP: usize = 4096;
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub max_bytes: Option<u64>,
+    /// Treat the log as if it had stated this NCCL version (fixtures, `repro` cells).
+    pub assume_nccl: Option<Version>,
+    pub evidence: usize,
+    pub templates: bool,
+}
+
+/// What the engine looks for besides rules.
+#[derive(Debug, Clone, Copy)]
+enum Internal {
+    NcclVersion,
+    RankMap,
+    TorchVersion,
+}
+
+enum Slot {
+    Rule(usize),
+    Marker(usize),
+    Outcome(usize),
+    Internal(Internal),
+}
+
+pub struct Engine {
+    pub rules: Vec<Rule>,
+    markers: Vec<(Marker, Regex)>,
+    outcome_markers: Vec<OutcomeMarker>,
+    /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml).
+    sites_db: &'static Sites,
+    /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
+    /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
+    /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
+    ascii_set: Option<regex::bytes::RegexSet>,
+    /// The pattern set as written, for the other lines; compiled on the first one. (`None` in it:
+    /// the set would not compile, e.g. over the size limit; each pattern is then run on its own.)
+    unicode_set: OnceLock<Option<RegexSet>>,
+    pats: Vec<String>,
+    /// Each pattern alone, as in `ascii_set`; compiled when the prefilter first names it.
+    singles: Vec<OnceLock<Option<regex::bytes::Regex>>>,
+    slots: Vec<Slot>,
+    nccl_version_re: Regex,
+    torch_version_re: Regex,
+    /// Built when the input turns out big (`big_input` bytes); see `BIG_INPUT`.
+    prefilter: OnceLock<log::Prefilter>,
+    big_input: u64,
+}
+
+impl Engine {
+    pub fn new(rules: Vec<Rule>) -> Result<Engine> {
+        let markers = schema::load_markers()?;
+        let outcome_markers = schema::load_outcome_markers()?;
+        let sites_db = Sites::builtin()?;
+        let nccl_version_re =
+            Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
+        let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
+        let torch_version_re = Regex::new(
+            r"(?i)(?:\bpytorch version|\btorch version|\btorch==|\btorch\.__version__[ =:]*|\btorch )[ :=]*v?(\d+\.\d+(?:\.\d+)?)(\S*)",
+        )
+        .unwrap();
+        let mut pats: Vec<String> = Vec::new();
+        let mut slots = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            for p in &r.def.patterns {
+                pats.push(schema::ascii_word_boundaries(p));
+                slots.push(Slot::Rule(i));
+            }
+        }
+        for (i, (m, _)) in markers.iter().enumerate() {
+            pats.push(schema::ascii_word_boundaries(&m.pattern));
+            slots.push(Slot::Marker(i));
+        }
+        for (i, m) in outcome_markers.iter().enumerate() {
+            pats.push(schema::ascii_word_boundaries(&m.pattern));
+            slots.push(Slot::Outcome(i));
+        }
+        for (re, k) in [
+            (&nccl_version_re, Internal::NcclVersion),
+            (&rank_map_re, Internal::RankMap),
+            (&torch_version_re, Internal::TorchVersion),
+        ] {
+            pats.push(schema::ascii_word_boundaries(re.as_str()));
+            slots.push(Slot::Internal(k));
+        }
+        let ascii_set = pats
+            .iter()
+            .all(|p| log::prefilter::ascii_safe(p))
+            .then(|| regex::bytes::RegexSet::new(pats.iter().map(|p| format!("(?-u){p}"))).ok())
+            .flatten();
+        let unicode_set = OnceLock::new();
+        if ascii_set.is_none() {
+            let set = RegexSet::new(&pats).map_err(|e| {
+                // Name the pattern that is too big or otherwise refused (rule files only parse it).
+                let culprit = pats.iter().zip(&slots).find(|(p, _)| Regex::new(p).is_err());
+                match culprit {
+                    Some((p, Slot::Rule(i))) => {
+                        anyhow::anyhow!(
+                            "rule file {}, rule `{}`: pattern `{p}`: {e}",
+                            rules[*i].origin,
+                            rules[*i].def.id
+                        )
+                    }
+                    _ => anyhow::anyhow!("cannot build the rule set: {e}"),
+                }
+            })?;
+            let _ = unicode_set.set(Some(set));
+        }
+        Ok(Engine {
+            rules,
+            markers,
+            outcome_markers,
+            sites_db,
+            ascii_set,
+            unicode_set,
+            singles: pats.iter().map(|_| OnceLock::new()).collect(),
+            pats,
+            slots,
+            nccl_version_re,
+            torch_version_re,
+            prefilter: OnceLock::new(),
+            big_input: BIG_INPUT,
+        })
+    }
+
+    /// Use the prefilter from this many bytes of input on (tests: 0, always).
+    #[doc(hidden)]
+    pub fn set_big_input(&mut self, bytes: u64) {
+        self.big_input = bytes;
+    }
+
+    fn prefilter(&self) -> &log::Prefilter {
+        self.prefilter.get_or_init(|| log::Prefilter::new(&self.pats))
+    }
+
+    pub fn analyze(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(inputs.len());
+        // One thread when the inputs must be read in turn: a byte budget shared across them,
+        // templates (their cap depends on the order), stdin named twice.
+        let in_turn = threads < 2
+            || opts.max_bytes.is_some()
+            || opts.templates
+            || inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1;
+        let big = inputs.iter().map(size_hint).sum::<u64>() >= self.big_input;
+        let st = if in_turn {
+            let mut st = State { want_templates: opts.templates, ..State::default() };
+            let mut budget = opts.max_bytes;
+            for (si, input) in inputs.iter().enumerate() {
+                self.scan(&mut st, si, input, &mut budget, big)?;
+            }
+            st
+        } else {
+            self.scan_parallel(inputs, threads, big)?
+        };
+        Ok(self.finish(st, opts))
+    }
+
+    /// `analyze` without its shortcuts (no prefilter, every line cleaned into a new string and
+    /// matched by the Unicode set, inputs read in turn): what the tests hold `analyze` to.
+    #[doc(hidden)]
+    pub fn analyze_reference(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                REFERENCE.with(|r| r.set(false));
+            }
+        }
+        REFERENCE.with(|r| r.set(true));
+        let _reset = Reset;
+        let mut st = State { want_templates: opts.templates, ..State::default() };
+        let mut budget = opts.max_bytes;
+        for (si, input) in inputs.iter().enumerate() {
+            let mut reader = log::open(input, budget)?;
+            let name = input.name();
+            let mut src = SourceState::new(si);
+            loop {
+                let line = match reader.next_line() {
+                    Ok(Some(l)) => log::clean_line(l),
+                    Ok(None) => break,
+                    Err(e) => {
+                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                        break;
+                    }
+                };
+                src.lines += 1;
+                self.line(&mut st, &mut src, &line);
+            }
+            self.end_records(&mut st, &mut src);
+            st.end_source(src, name, &reader, &mut budget);
+        }
+        Ok(self.finish(st, opts))
+    }
+
+    /// Arbitration: versions, ranks, gating, findings, outcome, primary, demotion, verdict.
+    fn finish(&self, mut st: State, opts: &Options) -> Analysis {
+        let vs = self.versions(&mut st, opts);
+        let ranks = Ranks::new(&mut st);
+        let allowed: Vec<bool> = self.rules.iter().map(|r| vs.allows(r)).collect();
+        let grouped = self.group(&mut st, &allowed, opts);
+        let mut findings = self.findings(grouped.accs, &st, &ranks, opts);
+        let outcome = self.outcome(&st, &findings, &ranks);
+        self.apply_outcome(&mut findings, outcome.status);
+        self.precursors(&mut findings);
+        self.version_readings(&mut findings, &vs);
+        let primary_idx = primary(&findings, &st);
+        self.demote(&mut findings, primary_idx, outcome.status);
+
+        let mut unexplained_hits = grouped.unexplained;
+        unexplained_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let total_unexplained = unexplained_hits.len() as u64 + grouped.extra_unexplained;
+        let templates = opts.templates.then(|| {
+            let mut v: Vec<Template> = std::mem::take(&mut st.templates)
+                .into_iter()
+                .map(|(t, (count, h))| Template { template: t, count, example: st.unexplained_of(h) })
+                .collect();
+            v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.template.cmp(&b.template)));
+            v
+        });
+        let unexplained: Vec<Unexplained> =
+            unexplained_hits.into_iter().take(UNEXPLAINED_KEEP).map(|h| st.unexplained_of(h)).collect();
+        if total_unexplained > unexplained.len() as u64 {
+            st.notes.push(format!(
+                "{} unexplained warning/error lines in all; the first {} are listed",
+                total_unexplained,
+                unexplained.len()
+            ));
+        }
+        let mut unrelated_hits = std::mem::take(&mut st.unrelated);
+        unrelated_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let unrelated = Unrelated {
+            count: unrelated_hits.len() as u64 + st.unrelated_dropped,
+            examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
+        };
+
+        let verdict = verdict::verdict(&findings, total_unexplained);
+        let primary = primary_idx.map(|i| findings[i].finding.clone());
+        for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
+            s.ranks = ranks.iter().copied().collect();
+        }
+        Analysis {
+            schema_version: SCHEMA_VERSION,
+            tool_version: crate::VERSION.to_string(),
+            verdict,
+            nccl_version: vs.nccl_out,
+            torch_version: vs.torch.map(|v| v.to_string()),
+            primary,
+            findings: findings.into_iter().map(|c| c.finding).collect(),
+            unexplained,
+            versions: vs.notes,
+            inputs: std::mem::take(&mut st.inputs),
+            unexplained_templates: templates,
+            notes: std::mem::take(&mut st.notes),
+            outcome,
+            unrelated,
+        }
+    }
+}
+
+thread_local! {
+    /// Set while `analyze_reference` runs on this thread: `matches` then uses the Unicode set.
+    static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// About how many bytes `input` holds (0 when unknown: stdin).
+fn size_hint(input: &Input) -> u64 {
+    match input {
+        Input::File(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+        Input::Stdin => 0,
+        Input::Memory { text, .. } => text.len() as u64,
+        Input::Bytes { bytes, .. } => bytes.len() as u64,
+        Input::Member(m) => m.size(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! The culprit: quiet precursors that lead, and the primary finding.
+
+use super::findings::Cand;
+use super::state::{Hit, State};
+use super::Engine;
+use crate::model::Severity;
+
+impl Engine {
+    /// Quiet precursors are silent alone; beside a downstream failure they name, they lead.
+    pub(crate) fn precursors(&self, findings: &mut Vec<Cand>) {
+        let fired: Vec<(String, String, bool)> = findings
+            .iter()
+            .filter(|c| !c.precursor)
+            .map(|c| (c.finding.rule.clone(), c.finding.category.clone(), c.actionable()))
+            .collect();
+        findings.retain_mut(|c| {
+            if !c.precursor {
+                return true;
+            }
+            let d = &self.rules[c.rule].def;
+            let Some((id, _, _)) =
+                fired.iter().find(|(id, cat, act)| *act && d.precursor_of.iter().any(|p| p == id || p == cat))
+            else {
+                return false;
+            };
+            c.lead = true;
+            c.symptom = false;
+            c.finding.benign = false;
+            c.finding.severity = c.finding.severity.max(Severity::Warning);
+            c.finding.context = Some(format!("this names the cause of `{id}`, which the log shows too"));
+            true
+        });
+    }
+}
+
+/// Whether hit `a` happened before hit `b`, where that can be told: by timestamp when both lines
+/// carry one (the clocks of ranks on one machine agree), else by line within one input; `None`
+/// across inputs without times.
+pub(crate) fn happened_before(a: &Hit, b: &Hit) -> Option<bool> {
+    match (a.ts, b.ts) {
+        (Some(x), Some(y)) if x != y => Some(x < y),
+        _ if a.source == b.source && a.line != b.line => Some(a.line < b.line),
+        _ => None,
+    }
+}
+
+/// `happened_before`, with ties and the unknown broken by input position (the hits a finding
+/// collects are sorted canonically first, so this never depends on the order of the inputs).
+pub(crate) fn earlier_hit(a: &Hit, b: &Hit) -> bool {
+    happened_before(a, b).unwrap_or(false)
+}
+
+/// The primary: the earliest causal failure; symptoms only when nothing else is actionable; a
+/// precursor that names the cause of what fired leads; benign runs get the finding that explains
+/// most. Without times across inputs, the causal class (rule priority) decides, then file name and
+/// line, so the choice is the same for every order of the inputs.
+pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
+    let before = |x: usize, y: usize| -> bool {
+        let (a, b) = (&findings[x], &findings[y]);
+        happened_before(&a.first, &b.first)
+            .unwrap_or_else(|| (-a.priority, st.canon(&a.first)) < (-b.priority, st.canon(&b.first)))
+    };
+    let pick = |c: &mut dyn Iterator<Item = usize>| c.reduce(|x, y| if before(y, x) { y } else { x });
+    let actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    if let Some(i) = pick(&mut actionable.iter().copied().filter(|&i| findings[i].lead)) {
+        return Some(i);
+    }
+    if !actionable.is_empty() {
+        return pick(&mut actionable.iter().copied().filter(|&i| !findings[i].symptom)).or_else(|| {
+            // Only symptoms: the one closest to the cause (highest priority), then the earliest.
+            let top = actionable.iter().map(|&i| findings[i].priority).max();
+            pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].priority) == top))
+        });
+    }
+    let top = findings.iter().map(|f| f.priority).max();
+    pick(&mut (0..findings.len()).filter(|&i| Some(findings[i].priority) == top))
+}

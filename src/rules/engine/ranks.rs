@@ -1,0 +1,47 @@
+//! Which rank each hit belongs to.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::state::{Hit, State};
+use crate::log;
+
+/// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
+/// lines, else its pid alone, else the one rank its input shows (never for a launcher's line).
+pub(crate) struct Ranks {
+    pub(crate) map: HashMap<(String, u32), (u32, u32)>,
+    pub(crate) pid_only: HashMap<u32, u32>,
+    pub(crate) source_ranks: Vec<BTreeSet<u32>>,
+    /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).
+    pub(crate) names: Vec<Option<log::NameHint>>,
+}
+
+impl Ranks {
+    pub(crate) fn new(st: &mut State) -> Ranks {
+        let map = std::mem::take(&mut st.rank_map);
+        let mut m: HashMap<u32, Option<u32>> = HashMap::new();
+        for ((_, pid), (rank, _)) in &map {
+            let e = m.entry(*pid).or_insert(Some(*rank));
+            if *e != Some(*rank) {
+                *e = None;
+            }
+        }
+        let pid_only = m.into_iter().filter_map(|(p, r)| r.map(|r| (p, r))).collect();
+        let names: Vec<&str> = st.names.iter().map(String::as_str).collect();
+        Ranks { map, pid_only, source_ranks: st.source_ranks.clone(), names: log::ranks_from_names(&names) }
+    }
+
+    pub(crate) fn of(&self, h: &Hit) -> Option<u32> {
+        h.rank
+            .or_else(|| h.pid.and_then(|p| self.map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
+            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&p).copied()))
+            .or_else(|| match self.names.get(h.source)?.as_ref()? {
+                _ if h.launcher => None,
+                log::NameHint::Rank { rank, .. } => Some(*rank),
+                log::NameHint::HostPid { host, pid } => self.map.get(&(host.clone(), *pid)).map(|x| x.0),
+            })
+            .or_else(|| {
+                let rs = self.source_ranks.get(h.source)?;
+                (!h.launcher && rs.len() == 1).then(|| *rs.iter().next().unwrap())
+            })
+    }
+}

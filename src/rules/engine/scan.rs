@@ -1,0 +1,450 @@
+//! Reading the inputs: the prefilter, records, and each line matched and filed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use anyhow::Result;
+use regex::{Regex, RegexSet};
+
+use super::state::{Hit, SourceState, State};
+use super::versions::{add_version, offer_version, version_tail, TORCH_SITE};
+use super::{Engine, Internal, Slot, HIT_TEXT_MAX, RANK_MAP_CAP, READ_AHEAD, REFERENCE, SITES_CAP};
+use crate::log::records::{Fed, Flags, Part, Role};
+use crate::log::{self, Input, Level};
+use crate::rules::schema::{Outcome, Phase};
+
+impl Engine {
+    /// Read `inputs` with `threads` threads, each input into a state of its own, and merge those in
+    /// input order as they complete. The first input that cannot be opened (in input order) fails
+    /// the whole analysis, as it does when reading in turn.
+    pub(crate) fn scan_parallel(&self, inputs: &[Input], threads: usize, big: bool) -> Result<State> {
+        struct Merge {
+            next: usize,
+            done: BTreeMap<usize, Result<State>>,
+            st: State,
+            err: Option<anyhow::Error>,
+        }
+        let claim = AtomicUsize::new(0);
+        let merge = Mutex::new(Merge { next: 0, done: BTreeMap::new(), st: State::default(), err: None });
+        let cv = Condvar::new();
+        let lock = || merge.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = claim.fetch_add(1, Ordering::Relaxed);
+                    if i >= inputs.len() {
+                        break;
+                    }
+                    {
+                        let mut m = lock();
+                        while i >= m.next + threads * READ_AHEAD && m.err.is_none() {
+                            m = cv.wait(m).unwrap_or_else(|e| e.into_inner());
+                        }
+                        if m.err.is_some() {
+                            break;
+                        }
+                    }
+                    let mut st = State::default();
+                    let r = self.scan(&mut st, i, &inputs[i], &mut None, big).map(|()| st);
+                    let mut m = lock();
+                    m.done.insert(i, r);
+                    while m.err.is_none() {
+                        let next = m.next;
+                        let Some(r) = m.done.remove(&next) else { break };
+                        match r {
+                            Ok(part) => m.st.merge(part),
+                            Err(e) => m.err = Some(e),
+                        }
+                        m.next += 1;
+                    }
+                    cv.notify_all();
+                });
+            }
+        });
+        let m = merge.into_inner().unwrap_or_else(|e| e.into_inner());
+        match m.err {
+            Some(e) => Err(e),
+            None => Ok(m.st),
+        }
+    }
+
+    /// Read input `si` into `st`. `big`: the inputs are large enough for the prefilter; an input
+    /// that turns out large sets it too.
+    pub(crate) fn scan(
+        &self,
+        st: &mut State,
+        si: usize,
+        input: &Input,
+        budget: &mut Option<u64>,
+        big: bool,
+    ) -> Result<()> {
+        let mut reader = log::open(input, *budget)?;
+        let name = input.name();
+        let mut src = SourceState::new(si);
+        // The patterns the prefilter says can match a line (reused from line to line).
+        let mut reach = Vec::new();
+        loop {
+            let big = big || reader.bytes_read >= self.big_input;
+            let raw = match reader.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(e) => {
+                    // Truncated gzip/zstd and the like: keep what was read, say so.
+                    st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                    break;
+                }
+            };
+            src.lines += 1;
+            // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
+            if log::is_clean(raw) {
+                // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
+                let line = unsafe { std::str::from_utf8_unchecked(raw) };
+                // An open record (a traceback) takes every line until it closes. The prefixes are
+                // stripped once, for the prefilter and the matcher.
+                if !line.is_empty() {
+                    let p = log::strip_prefixes(line);
+                    let ask = big && !src.records.is_open();
+                    self.asked_line(st, &mut src, line, p, ask, &mut reach);
+                }
+            } else {
+                let line = log::clean_line(raw);
+                if !line.is_empty() {
+                    let p = log::strip_prefixes(&line);
+                    let ask = big && line.is_ascii() && !src.records.is_open();
+                    self.asked_line(st, &mut src, &line, p, ask, &mut reach);
+                }
+            }
+        }
+        self.end_records(st, &mut src);
+        st.end_source(src, name, &reader, budget);
+        Ok(())
+    }
+
+    /// `prefixed_line`, after the prefilter when `ask`: a line no pattern can match is skipped,
+    /// and one that only some can match is matched against those alone.
+    pub(crate) fn asked_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        raw: &str,
+        p: log::Prefixed<'_>,
+        ask: bool,
+        reach: &mut Vec<usize>,
+    ) {
+        if !ask {
+            return self.prefixed_line(st, src, raw, p, None);
+        }
+        match self.prefilter().reach(p.rest, reach) {
+            log::Reach::Nothing => {}
+            log::Reach::Some => self.prefixed_line(st, src, raw, p, Some(reach)),
+            log::Reach::Any => self.prefixed_line(st, src, raw, p, None),
+        }
+    }
+
+    /// One physical line: prefixes stripped, joined into records, every record matched.
+    pub(crate) fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
+        if !raw.is_empty() {
+            self.prefixed_line(st, src, raw, log::strip_prefixes(raw), None);
+        }
+    }
+
+    /// `line` once its prefixes are stripped (`p`); `raw` is not empty. `only`: the patterns
+    /// that alone can match it (the prefilter's answer), if known.
+    pub(crate) fn prefixed_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        raw: &str,
+        p: log::Prefixed<'_>,
+        only: Option<&[usize]>,
+    ) {
+        self.split_version(st, src, p.rest);
+        let fed = src.records.feed(src.lines, raw, &p);
+        for rec in src.records.take_done() {
+            self.record(st, src, rec);
+        }
+        if fed == Fed::Alone {
+            let l = LineRef {
+                line: src.lines,
+                raw,
+                msg: p.rest,
+                rank: p.any_rank(),
+                host: p.host,
+                pid: p.pid,
+                ts: p.ts,
+                flags: Flags::default(),
+                symptom: false,
+                detail: None,
+            };
+            let matches = match only {
+                Some(c) => self.matches_among(l.msg, c),
+                None => self.matches(l.msg),
+            };
+            self.matched_line(st, src, &l, None, matches);
+        }
+    }
+
+    /// Close the records still open at the end of a source.
+    pub(crate) fn end_records(&self, st: &mut State, src: &mut SourceState) {
+        src.records.finish();
+        for rec in src.records.take_done() {
+            self.record(st, src, rec);
+        }
+    }
+
+    /// A record of several lines. When NCCL's `Last error:` payload is explained by a rule, the
+    /// error lines it restates are symptoms of it (the payload names the failing call).
+    pub(crate) fn record(&self, st: &mut State, src: &mut SourceState, parts: Vec<Part>) {
+        let payload_text = |m: &str| format!(" NCCL WARN {m}");
+        let is_rule = |ms: &[usize]| ms.iter().any(|&m| matches!(self.slots[m], Slot::Rule(_)));
+        // Each part is matched once, for the record's decisions and for filing it: as written
+        // (the parts filed, and `what():` lines), and a `Last error:` payload as a WARN too.
+        let own: Vec<Option<Vec<usize>>> = parts
+            .iter()
+            .map(|p| (p.role != Role::Context || p.msg.starts_with("what():")).then(|| self.matches(&p.msg)))
+            .collect();
+        let warn: Vec<Option<Vec<usize>>> =
+            parts.iter().map(|p| (p.role == Role::Payload).then(|| self.matches(&payload_text(&p.msg)))).collect();
+        let restated = warn.iter().flatten().any(|w| is_rule(w));
+        // `terminate called after throwing ...` says only that something was thrown; when a rule
+        // reads its `what():` line, that reading is the record's.
+        let what_explained =
+            parts.iter().zip(&own).any(|(p, m)| p.msg.starts_with("what():") && m.as_deref().is_some_and(is_rule));
+        for (i, part) in parts.iter().enumerate().filter(|(_, p)| p.role != Role::Context) {
+            if i == 0 && what_explained && part.msg.starts_with("terminate called") {
+                continue;
+            }
+            let payload = part.role == Role::Payload;
+            let warn_text = payload.then(|| payload_text(&part.msg));
+            let mut matches = own[i].clone().unwrap_or_default();
+            if let Some(w) = &warn[i] {
+                matches.extend(w);
+                matches.sort_unstable();
+                matches.dedup();
+            }
+            let l = LineRef {
+                line: part.line,
+                raw: &part.raw,
+                msg: &part.msg,
+                rank: part.origin.rank.or(part.origin.local_rank),
+                host: part.origin.host.as_deref(),
+                pid: part.origin.pid,
+                ts: part.origin.ts,
+                flags: part.flags.clone(),
+                symptom: part.flags.chained || (restated && !payload),
+                detail: part.detail.as_deref(),
+            };
+            self.matched_line(st, src, &l, warn_text.as_deref(), matches);
+        }
+    }
+
+    /// Joins an `NCCL version` line that a paste wrapped in the middle (`NCCL vers` / `ion 2.21.5`).
+    pub(crate) fn split_version(&self, st: &mut State, src: &mut SourceState, msg: &str) {
+        if let Some(tail) = src.version_tail.take() {
+            let joined = format!("{tail}{msg}");
+            if let Some(c) = self.nccl_version_re.captures(&joined) {
+                add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
+            }
+        }
+        src.version_tail = version_tail(msg).map(str::to_string);
+    }
+
+    /// Match one line (or a record's part) and file what it says. `warn_text`: the part is a
+    /// `Last error:` payload, matched also in this WARN form.
+    pub(crate) fn matched_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        l: &LineRef<'_>,
+        warn_text: Option<&str>,
+        matches: Vec<usize>,
+    ) {
+        let line = l.msg;
+        let level = if warn_text.is_some() { Level::Warn } else { log::level_of(line) };
+        // Fail safe: an unlevelled line that reads like a failure, or a record cut before its
+        // exception, is listed if no rule explains it.
+        let error_like =
+            l.flags.incomplete || (level == Level::None && !l.flags.continuation && log::looks_like_error(line));
+        if matches.is_empty() && level < Level::Attn && !error_like {
+            return;
+        }
+        let rec = log::parse(warn_text.unwrap_or(line), l.rank);
+        if let Some(r) = rec.rank {
+            if src.ranks.len() < 64 {
+                src.ranks.insert(r);
+            }
+        }
+        let mut cands: Vec<usize> = Vec::new();
+        let mut outcome = None;
+        for m in matches {
+            match self.slots[m] {
+                Slot::Rule(r) => {
+                    if !cands.contains(&r) {
+                        cands.push(r);
+                    }
+                }
+                Slot::Marker(i) => {
+                    let p = self.markers[i].0.phase;
+                    // Teardown is sticky: a later communicator's init does not undo it.
+                    if src.phase != Some(Phase::Teardown) || p == Phase::Teardown {
+                        src.phase = Some(p);
+                    }
+                }
+                Slot::Outcome(i) => outcome = Some(self.outcome_markers[i].outcome),
+                Slot::Internal(Internal::NcclVersion) => {
+                    if let Some(c) = self.nccl_version_re.captures(line) {
+                        add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
+                    }
+                }
+                Slot::Internal(Internal::TorchVersion) => {
+                    if let Some(c) = self.torch_version_re.captures(line) {
+                        offer_version(&mut st.torch_version, format!("{}{}", &c[1], &c[2]));
+                    }
+                }
+                Slot::Internal(Internal::RankMap) => {
+                    if let (Some((rank, nranks)), Some(pid)) = (rank_nranks(line), rec.pid) {
+                        // The world communicator (most ranks) names the rank; split comms renumber.
+                        let key = (rec.host.unwrap_or("").to_string(), pid);
+                        if let Some(e) = st.rank_map.get_mut(&key) {
+                            if nranks > e.1 {
+                                *e = (rank, nranks);
+                            }
+                        } else if st.rank_map.len() < RANK_MAP_CAP {
+                            st.rank_map.insert(key.clone(), (rank, nranks));
+                            st.rank_map_seq.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        let phase = src.phase;
+        cands.retain(|&r| self.rules[r].def.phase.allows(phase));
+        // Highest priority first, then file order.
+        cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
+        // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
+        // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
+        let known = match (rec.kind, level, rec.site) {
+            (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
+                self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+            }
+            (log::Kind::Torch, _, Some((f, ln))) => {
+                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
+            }
+            _ => None,
+        };
+        if let Some(key) = known {
+            if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
+                st.sites_seq.push(key);
+            }
+        }
+        if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
+            // Matched only the engine's own patterns (a version, a rank map, a marker).
+            return;
+        }
+        st.order += 1;
+        let hit = Hit {
+            source: src.idx,
+            line: l.line,
+            order: st.order,
+            rank: rec.rank,
+            host: rec.host.or(l.host).map(str::to_string),
+            pid: rec.pid.or(l.pid),
+            ts: rec.ts.or(l.ts),
+            text: clip(l.raw),
+            warn: level >= Level::Attn || error_like,
+            symptom: l.symptom,
+            ignored: l.flags.ignored,
+            launcher: rec.kind == log::Kind::Launcher,
+            detail: l.detail.map(clip),
+        };
+        if let Some(o) = outcome {
+            st.add_outcome(o, &hit);
+        }
+        if cands.is_empty() {
+            if hit.warn && outcome != Some(Outcome::Succeeded) {
+                if log::is_unrelated_warning(line) {
+                    st.add_unrelated(hit);
+                } else {
+                    st.add_unexplained(hit);
+                }
+            }
+            return;
+        }
+        let g = st.groups.entry(cands).or_default();
+        g.add(hit);
+    }
+
+    /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
+    /// on a line that passes the prefilter costs less than the whole set.
+    pub(crate) fn matches_among(&self, line: &str, cands: &[usize]) -> Vec<usize> {
+        if self.ascii_set.is_none() || !line.is_ascii() {
+            return self.matches(line);
+        }
+        let mut out = Vec::new();
+        for &c in cands {
+            let re = self.singles[c].get_or_init(|| regex::bytes::Regex::new(&format!("(?-u){}", self.pats[c])).ok());
+            match re {
+                Some(re) if re.is_match(line.as_bytes()) => out.push(c),
+                Some(_) => {}
+                None => return self.matches(line),
+            }
+        }
+        out
+    }
+
+    /// The indices of the patterns that match `line` (rank prefix stripped), in order.
+    pub(crate) fn matches(&self, line: &str) -> Vec<usize> {
+        let ascii = line.is_ascii() && !REFERENCE.with(std::cell::Cell::get);
+        if let (Some(set), true) = (&self.ascii_set, ascii) {
+            return set.matches(line.as_bytes()).into_iter().collect();
+        }
+        match self.unicode_set.get_or_init(|| RegexSet::new(&self.pats).ok()) {
+            Some(set) => set.matches(line).into_iter().collect(),
+            None => {
+                (0..self.pats.len()).filter(|&i| Regex::new(&self.pats[i]).is_ok_and(|re| re.is_match(line))).collect()
+            }
+        }
+    }
+}
+
+/// A line (or a record's part) as the matcher takes it.
+pub(crate) struct LineRef<'a> {
+    pub(crate) line: u64,
+    pub(crate) raw: &'a str,
+    pub(crate) msg: &'a str,
+    pub(crate) rank: Option<u32>,
+    pub(crate) host: Option<&'a str>,
+    pub(crate) pid: Option<u32>,
+    pub(crate) ts: Option<f64>,
+    pub(crate) flags: Flags,
+    pub(crate) symptom: bool,
+    pub(crate) detail: Option<&'a str>,
+}
+
+/// `rank N nRanks M` of a communicator line that `rank_map_re` matched, read without running the
+/// regex a second time for its groups (logs of many split communicators have one in seven lines).
+pub(crate) fn rank_nranks(line: &str) -> Option<(u32, u32)> {
+    let c = line.find("comm 0x")?;
+    let i = c + line[c..].find(" rank ")?;
+    let mut it = line[i + 6..].split(' ');
+    let rank = it.next()?.parse().ok()?;
+    let kw = it.next()?;
+    if !kw.eq_ignore_ascii_case("nranks") {
+        return None;
+    }
+    Some((rank, it.next()?.parse().ok()?))
+}
+
+/// A line as kept for evidence: at most `HIT_TEXT_MAX` bytes, cut on a character boundary and
+/// marked as cut.
+pub(crate) fn clip(line: &str) -> String {
+    if line.len() <= HIT_TEXT_MAX {
+        return line.to_string();
+    }
+    let mut end = HIT_TEXT_MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} [... {} more bytes]", &line[..end], line.len() - end)
+}

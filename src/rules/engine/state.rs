@@ -1,0 +1,361 @@
+//! What reading keeps: hits, their groups, each source's state, and the merge of inputs read apart.
+
+use std::collections::{BTreeSet, HashMap};
+
+use regex::Regex;
+
+use super::versions::{add_version, offer_version};
+use super::{OUTCOME_KEEP, RANK_MAP_CAP, SAMPLE, SITES_CAP, TEMPLATE_CAP, UNEXPLAINED_KEEP, UNRELATED_KEEP, WHO_CAP};
+use crate::log;
+use crate::log::records::Assembler;
+use crate::model::{Evidence, InputSummary, Unexplained};
+use crate::rules::schema::{Outcome, Phase};
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Hit {
+    pub(crate) source: usize,
+    pub(crate) line: u64,
+    pub(crate) order: u64,
+    pub(crate) rank: Option<u32>,
+    pub(crate) host: Option<String>,
+    pub(crate) pid: Option<u32>,
+    pub(crate) ts: Option<f64>,
+    pub(crate) text: String,
+    /// `level_of` rated the line a warning or an error (or it reads like a failure).
+    pub(crate) warn: bool,
+    /// The record makes this line a consequence: a chained exception, an error line whose
+    /// `Last error:` payload names the failing call.
+    pub(crate) symptom: bool,
+    /// An exception Python printed as `Exception ignored in:` (it ended nothing).
+    pub(crate) ignored: bool,
+    /// A launcher's own line (torchrun's agent): never attributed to a rank by its file.
+    pub(crate) launcher: bool,
+    /// What the record adds (innermost frame, backtrace libraries, the restated error).
+    pub(crate) detail: Option<String>,
+}
+
+/// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
+pub(crate) type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
+
+#[derive(Default)]
+pub(crate) struct Group {
+    pub(crate) count: u64,
+    /// Hits the record does not mark as consequences (`Hit::symptom`) or as ignored.
+    pub(crate) causes: u64,
+    pub(crate) ignored: u64,
+    /// Hits that are warnings or errors (those count as unexplained when every rule is gated out).
+    pub(crate) warns: u64,
+    /// The first warnings past `sample`, so that they can be listed as unexplained too.
+    pub(crate) warn_sample: Vec<Hit>,
+    pub(crate) sample: Vec<Hit>,
+    pub(crate) earliest_ts: Option<Hit>,
+    /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
+    pub(crate) who: BTreeSet<Who>,
+    /// The same, in the order first seen (what `merge` needs to respect `WHO_CAP` as `add` does).
+    pub(crate) who_seq: Vec<Who>,
+    /// Like `earliest_ts` but over hits with a number for a time (`merge` needs it: a NaN time,
+    /// once earliest, is never replaced).
+    pub(crate) earliest_num: Option<Hit>,
+}
+
+impl Group {
+    pub(crate) fn add(&mut self, h: Hit) {
+        self.count += 1;
+        self.causes += u64::from(!h.symptom && !h.ignored);
+        self.ignored += u64::from(h.ignored);
+        self.warns += u64::from(h.warn);
+        if self.who.len() < WHO_CAP {
+            let w = (h.rank, h.host.clone(), h.pid, h.source, h.launcher);
+            if !self.who.contains(&w) {
+                self.who.insert(w.clone());
+                self.who_seq.push(w);
+            }
+        }
+        if self.sample.len() >= SAMPLE {
+            self.after_sample(&h);
+        }
+        if self.sample.len() < SAMPLE {
+            self.sample.push(h);
+        }
+    }
+
+    /// A hit that came once the sample was full.
+    pub(crate) fn after_sample(&mut self, h: &Hit) {
+        if h.warn && self.warn_sample.len() < SAMPLE {
+            self.warn_sample.push(h.clone());
+        }
+        if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) {
+            self.earliest_ts = Some(h.clone());
+        }
+        if h.ts.is_some_and(|t| !t.is_nan()) && self.earliest_num.as_ref().is_none_or(|e| h.ts < e.ts) {
+            self.earliest_num = Some(h.clone());
+        }
+    }
+
+    /// Append `o`, the group of a later input (hit orders already shifted): the same group as
+    /// `add` would have made from this group's hits followed by `o`'s.
+    pub(crate) fn merge(&mut self, o: Group) {
+        self.count += o.count;
+        self.causes += o.causes;
+        self.ignored += o.ignored;
+        self.warns += o.warns;
+        for w in o.who_seq {
+            if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
+                self.who_seq.push(w);
+            }
+        }
+        for h in o.sample {
+            if self.sample.len() < SAMPLE {
+                self.sample.push(h);
+            } else {
+                self.after_sample(&h);
+            }
+        }
+        // `o`'s warnings past its own sample came after every hit of its sample.
+        for h in o.warn_sample {
+            if self.warn_sample.len() < SAMPLE {
+                self.warn_sample.push(h);
+            }
+        }
+        // `o`'s hits after its own sample, summed up by `o.earliest_ts` (from nothing) and
+        // `o.earliest_num` (the earliest with a number).
+        match &self.earliest_ts {
+            None => self.earliest_ts = o.earliest_ts,
+            Some(e) if e.ts.is_some_and(f64::is_nan) => {}
+            Some(e) => {
+                if let Some(m) = o.earliest_num.as_ref().filter(|m| m.ts < e.ts) {
+                    self.earliest_ts = Some(m.clone());
+                }
+            }
+        }
+        if let Some(m) = o.earliest_num {
+            if self.earliest_num.as_ref().is_none_or(|e| m.ts < e.ts) {
+                self.earliest_num = Some(m);
+            }
+        }
+    }
+}
+
+pub(crate) struct SourceState {
+    pub(crate) idx: usize,
+    pub(crate) phase: Option<Phase>,
+    pub(crate) ranks: BTreeSet<u32>,
+    pub(crate) lines: u64,
+    pub(crate) records: Assembler,
+    /// The start of an `NCCL version` line cut at its end (see `version_tail`).
+    pub(crate) version_tail: Option<String>,
+}
+
+impl SourceState {
+    pub(crate) fn new(idx: usize) -> SourceState {
+        SourceState {
+            idx,
+            phase: None,
+            ranks: BTreeSet::new(),
+            lines: 0,
+            records: Assembler::default(),
+            version_tail: None,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) order: u64,
+    pub(crate) groups: HashMap<Vec<usize>, Group>,
+    pub(crate) unexplained: Vec<Hit>,
+    pub(crate) unexplained_dropped: u64,
+    pub(crate) templates: HashMap<String, (u64, Hit)>,
+    pub(crate) nccl_versions: Vec<String>,
+    pub(crate) torch_version: Option<String>,
+    pub(crate) rank_map: HashMap<(String, u32), (u32, u32)>,
+    /// `rank_map`'s keys in the order first seen (for `merge`: which keys the cap keeps must not
+    /// depend on a hash map's order).
+    pub(crate) rank_map_seq: Vec<(String, u32)>,
+    pub(crate) sites: BTreeSet<(String, u32)>,
+    /// `sites` in the order first seen (for `merge`).
+    pub(crate) sites_seq: Vec<(String, u32)>,
+    pub(crate) source_ranks: Vec<BTreeSet<u32>>,
+    pub(crate) names: Vec<String>,
+    pub(crate) inputs: Vec<InputSummary>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) want_templates: bool,
+    /// Outcome marker lines (at most `OUTCOME_KEEP` per input).
+    pub(crate) outcomes: Vec<(Outcome, Hit)>,
+    pub(crate) unrelated: Vec<Hit>,
+    pub(crate) unrelated_dropped: u64,
+}
+
+impl State {
+    /// Record what reading one input left: its notes, its summary, the byte budget still open.
+    pub(crate) fn end_source(
+        &mut self,
+        src: SourceState,
+        name: String,
+        reader: &log::LineReader,
+        budget: &mut Option<u64>,
+    ) {
+        if reader.cut_lines > 0 {
+            self.notes.push(format!("{name}: {} line(s) longer than 1 MiB were cut", reader.cut_lines));
+        }
+        if reader.hit_limit {
+            self.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+        }
+        if let Some(b) = budget.as_mut() {
+            *b = b.saturating_sub(reader.bytes_read);
+        }
+        self.source_ranks.push(src.ranks);
+        self.inputs.push(InputSummary {
+            source: name.clone(),
+            lines: src.lines,
+            bytes: reader.bytes_read,
+            ranks: Vec::new(),
+        });
+        self.names.push(name);
+    }
+
+    /// Append `o`, the state of the next input read on its own (without templates): the result is
+    /// the state reading that input after this one would have made.
+    pub(crate) fn merge(&mut self, o: State) {
+        let shift = |mut h: Hit| {
+            h.order += self.order;
+            h
+        };
+        for (cands, g) in o.groups {
+            let g = Group {
+                sample: g.sample.into_iter().map(shift).collect(),
+                warn_sample: g.warn_sample.into_iter().map(shift).collect(),
+                earliest_ts: g.earliest_ts.map(shift),
+                earliest_num: g.earliest_num.map(shift),
+                ..g
+            };
+            self.groups.entry(cands).or_default().merge(g);
+        }
+        for h in o.unexplained {
+            if self.unexplained.len() < UNEXPLAINED_KEEP {
+                self.unexplained.push(shift(h));
+            } else {
+                self.unexplained_dropped += 1;
+            }
+        }
+        self.unexplained_dropped += o.unexplained_dropped;
+        for (k, h) in o.outcomes {
+            self.outcomes.push((k, shift(h)));
+        }
+        for h in o.unrelated {
+            let h = shift(h);
+            if self.unrelated.len() < UNRELATED_KEEP {
+                self.unrelated.push(h);
+            } else {
+                self.unrelated_dropped += 1;
+            }
+        }
+        self.unrelated_dropped += o.unrelated_dropped;
+        self.order += o.order;
+        for v in o.nccl_versions {
+            add_version(&mut self.nccl_versions, v);
+        }
+        if let Some(t) = o.torch_version {
+            offer_version(&mut self.torch_version, t);
+        }
+        for k in o.rank_map_seq {
+            let Some(&v) = o.rank_map.get(&k) else { continue };
+            if let Some(e) = self.rank_map.get_mut(&k) {
+                if v.1 > e.1 {
+                    *e = v;
+                }
+            } else if self.rank_map.len() < RANK_MAP_CAP {
+                self.rank_map.insert(k.clone(), v);
+                self.rank_map_seq.push(k);
+            }
+        }
+        for s in o.sites_seq {
+            if self.sites.len() < SITES_CAP && self.sites.insert(s.clone()) {
+                self.sites_seq.push(s);
+            }
+        }
+        self.source_ranks.extend(o.source_ranks);
+        self.names.extend(o.names);
+        self.inputs.extend(o.inputs);
+        self.notes.extend(o.notes);
+    }
+
+    /// Where `h` sits in the inputs, as a key that does not depend on their order.
+    pub(crate) fn canon<'s>(&'s self, h: &Hit) -> (&'s str, u64) {
+        (self.names.get(h.source).map_or("", String::as_str), h.line)
+    }
+
+    pub(crate) fn evidence_of(&self, h: &Hit, rank: Option<u32>) -> Evidence {
+        Evidence {
+            source: self.names.get(h.source).cloned().unwrap_or_default(),
+            line: h.line,
+            rank,
+            text: h.text.clone(),
+            detail: h.detail.clone(),
+            column: None,
+        }
+    }
+
+    pub(crate) fn unexplained_of(&self, h: Hit) -> Unexplained {
+        Unexplained { source: self.names.get(h.source).cloned().unwrap_or_default(), line: h.line, text: h.text }
+    }
+
+    pub(crate) fn add_outcome(&mut self, o: Outcome, h: &Hit) {
+        if self.outcomes.iter().filter(|(_, x)| x.source == h.source).count() < OUTCOME_KEEP {
+            self.outcomes.push((o, h.clone()));
+        }
+    }
+
+    pub(crate) fn add_unrelated(&mut self, h: Hit) {
+        if self.unrelated.len() < UNRELATED_KEEP {
+            self.unrelated.push(h);
+        } else {
+            self.unrelated_dropped += 1;
+        }
+    }
+
+    pub(crate) fn add_unexplained(&mut self, h: Hit) {
+        if self.want_templates {
+            self.add_template(&h);
+        }
+        if self.unexplained.len() < UNEXPLAINED_KEEP {
+            self.unexplained.push(h);
+        } else {
+            self.unexplained_dropped += 1;
+        }
+    }
+
+    pub(crate) fn add_template(&mut self, h: &Hit) {
+        let t = template_of(&h.text);
+        if let Some(e) = self.templates.get_mut(&t) {
+            e.0 += 1;
+        } else if self.templates.len() < TEMPLATE_CAP {
+            self.templates.insert(t, (1, h.clone()));
+        }
+    }
+}
+
+/// A line with its variable parts masked: host:pid:tid prefixes, timestamps, addresses, numbers.
+pub(crate) fn template_of(line: &str) -> String {
+    use std::sync::OnceLock;
+    static RES: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
+    let res = RES.get_or_init(|| {
+        [
+            (r"^\[\d{4}-\d\d-\d\d [\d:.]+\] ", ""),
+            (r"^\S+:\d+:\d+ \[\d+\] ", "<host>:<pid>:<tid> [<dev>] "),
+            (r"^\[[IWEF]\d{4} [\d:.]+ ", "[W<time> "),
+            (r"\b(?:\d{1,3}\.){3}\d{1,3}\b", "<ip>"),
+            (r"0x[0-9a-fA-F]+", "0x<hex>"),
+            (r"\b\d+\b", "<n>"),
+        ]
+        .into_iter()
+        .map(|(p, r)| (Regex::new(p).unwrap(), r))
+        .collect()
+    });
+    let rest = log::strip_prefixes(line).rest;
+    let mut s = rest.to_string();
+    for (re, rep) in res {
+        s = re.replace_all(&s, *rep).into_owned();
+    }
+    s
+}

@@ -1,0 +1,182 @@
+use super::*;
+
+/// The engine with its prefilter on from the first byte (small inputs would skip it).
+fn engine() -> Engine {
+    let mut e = Engine::new(schema::load_rules(&[]).unwrap()).unwrap();
+    e.set_big_input(0);
+    e
+}
+
+fn mem(name: &str, text: String) -> Input {
+    Input::Memory { name: name.to_string(), text }
+}
+
+/// `analyze` and `analyze_reference` agree, to the byte of the JSON.
+fn same(e: &Engine, inputs: &[Input], opts: &Options) {
+    let fast = serde_json::to_string_pretty(&e.analyze(inputs, opts).unwrap()).unwrap();
+    let slow = serde_json::to_string_pretty(&e.analyze_reference(inputs, opts).unwrap()).unwrap();
+    assert!(
+        fast == slow,
+        "analyze differs from the reference on {:?}",
+        inputs.iter().map(Input::name).collect::<Vec<_>>()
+    );
+}
+
+fn fixture_inputs() -> Vec<Input> {
+    let mut v: Vec<Input> = schema::builtin_fixtures()
+        .map(|(p, t)| {
+            let text: String = t
+                .lines()
+                .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
+                .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
+                .collect();
+            mem(p, text)
+        })
+        .collect();
+    v.push(mem(
+        "examples/deepep-intranode-teardown.log",
+        include_str!("../../../examples/deepep-intranode-teardown.log").into(),
+    ));
+    v
+}
+
+#[test]
+fn torch_version_inferred_from_the_destructor_warning_line_and_nccl_from_its_pin() {
+    let e = engine();
+    let log = "[rank0]:[W1004 15:16:15.503072590 ProcessGroupNCCL.cpp:1479] Warning: WARNING: \
+               destroy_process_group() was not called before program exit, which can leak resources.\n";
+    let a = e.analyze(&[mem("a.log", log.into())], &Options::default()).unwrap();
+    let torch = a.versions.iter().find(|v| v.component == "torch").expect("a torch note");
+    assert_eq!((torch.value.as_str(), torch.how.as_str()), ("2.7.1", "inferred"), "{:?}", a.versions);
+    assert!(torch.detail.contains("ProcessGroupNCCL.cpp:1479"), "{}", torch.detail);
+    let nccl = a.versions.iter().find(|v| v.component == "nccl").expect("the pinned NCCL");
+    assert_eq!(nccl.how, "inferred");
+    // Another release's line for the same message says that release; a line no release has, none.
+    let a = e.analyze(&[mem("b.log", log.replace(":1479]", ":1639]"))], &Options::default()).unwrap();
+    assert!(a.versions.iter().any(|v| v.component == "torch" && v.value == "2.15.0"), "{:?}", a.versions);
+    let a = e.analyze(&[mem("c.log", log.replace(":1479]", ":7]"))], &Options::default()).unwrap();
+    assert!(!a.versions.iter().any(|v| v.component == "torch"), "{:?}", a.versions);
+}
+
+#[test]
+fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
+    let e = engine();
+    let all = fixture_inputs();
+    assert!(all.len() > 20);
+    let opts = Options { evidence: 5, ..Default::default() };
+    for one in &all {
+        same(&e, std::slice::from_ref(one), &opts);
+    }
+    // Many inputs at once: read in parallel and merged.
+    same(&e, &all, &opts);
+    same(&e, &all[..7], &opts);
+    // Templates and a byte budget read in turn; still the same.
+    same(&e, &all, &Options { templates: true, ..opts.clone() });
+    same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
+}
+
+#[test]
+fn ascii_set_matches_as_the_unicode_set_on_ascii_lines() {
+    let e = engine();
+    let ascii = e.ascii_set.as_ref().expect("the built-in patterns are ASCII-safe");
+    let unicode = RegexSet::new(&e.pats).unwrap();
+    let mut lines: Vec<String> = Vec::new();
+    for i in fixture_inputs() {
+        if let Input::Memory { text, .. } = i {
+            lines.extend(text.lines().map(String::from));
+        }
+    }
+    lines.extend(
+        ["torch 2.5.1", "PyTorch Version: 2.4.0+cu121", "TORCH==2.1", "Killed process 12 (python)", "a\tb", ""]
+            .map(String::from),
+    );
+    let mut n = 0;
+    for l in lines.iter().filter(|l| l.is_ascii()) {
+        let line = log::strip_prefixes(l).rest;
+        let a: Vec<usize> = ascii.matches(line.as_bytes()).into_iter().collect();
+        let u: Vec<usize> = unicode.matches(line).into_iter().collect();
+        assert_eq!(a, u, "{line}");
+        n += usize::from(!u.is_empty());
+    }
+    assert!(n > 100, "only {n} matching lines");
+}
+
+#[test]
+fn parallel_merge_respects_every_cap() {
+    // Enough hits, sources, pids, sites, versions and unexplained lines to overflow every cap,
+    // spread over inputs so that the caps are reached in the middle of a merge; with NaN and
+    // equal timestamps for the earliest-hit logic.
+    let e = engine();
+    let mut inputs = Vec::new();
+    for f in 0..9u32 {
+        let mut t = String::new();
+        for i in 0..700u32 {
+            let pid = f * 1000 + i;
+            let sec = match (f + i) % 7 {
+                0 => "nan".to_string(),
+                1 => "10".to_string(),
+                _ => format!("{:02}", (i * 13 + f * 7) % 60),
+            };
+            t += &format!("[2026-11-29 12:{sec}:05] h{f}:{pid}:{pid} [0] proxy.cc:{} NCCL WARN [Service thread] Accept failed Resource temporarily unavailable\n", 1458 + i % 90);
+            t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO NCCL version 2.{}.3+cuda12.4\n", 10 + (f + i) % 25);
+            t += &format!("h{f}:{pid}:{pid} [0] NCCL INFO comm 0x5{f}a rank {i} nRanks {} nNodes 1\n", 1 + i % 5);
+            t += &format!("[rank{i}]:[W1129 12:00:{sec}.5 Foo.cpp:{i}] something unexplained {i}\n");
+            t += "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1\n";
+        }
+        inputs.push(mem(&format!("f{f}.log"), t));
+    }
+    let opts = Options { evidence: 5, ..Default::default() };
+    same(&e, &inputs, &opts);
+    same(&e, &inputs[3..5], &opts);
+}
+
+#[test]
+fn rank_map_cap_keeps_the_pairs_seen_first() {
+    // 2 x 40 000 (host, pid) pairs against a cap of 65 536: the second input's later pairs are
+    // dropped, the same ones whether the inputs are read in turn or merged.
+    let e = engine();
+    let file = |f: u32| {
+        let mut t = String::new();
+        for i in 0..40_000u32 {
+            let pid = f * 100_000 + i;
+            t += &format!("h:{pid}:{pid} [0] NCCL INFO comm 0x5a rank {} nRanks 512 nNodes 64\n", i % 512);
+        }
+        for pid in (0..20).chain([39_999]).map(|i| f * 100_000 + i).filter(|_| f == 2) {
+            t += &format!("h:{pid}:{pid} [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Success\n");
+        }
+        // Names without a number: a file name must not give the pairs past the cap a rank.
+        mem(&format!("pairs-{}.log", ["a", "b", "c"][f as usize]), t)
+    };
+    let inputs = [file(1), file(2)];
+    let opts = Options { evidence: 50, ..Default::default() };
+    same(&e, &inputs, &opts);
+    let a = e.analyze(&inputs, &opts).unwrap();
+    let ranks: Vec<Option<u32>> = a.findings.iter().flat_map(|f| f.evidence.iter().map(|x| x.rank)).collect();
+    assert_eq!(ranks.iter().filter(|r| r.is_some()).count(), 20, "{ranks:?}");
+    assert_eq!(ranks.len(), 21, "{ranks:?}");
+}
+
+#[test]
+fn unreadable_input_fails_as_when_read_in_turn() {
+    let e = engine();
+    let inputs = vec![
+        mem("a.log", "x NCCL WARN y\n".into()),
+        Input::File("/nonexistent/epdoctor/one.log".into()),
+        Input::File("/nonexistent/epdoctor/two.log".into()),
+    ];
+    let fast = e.analyze(&inputs, &Options::default()).unwrap_err().to_string();
+    let slow = e.analyze_reference(&inputs, &Options::default()).unwrap_err().to_string();
+    assert_eq!(fast, slow);
+    assert!(fast.contains("one.log"));
+}
+
+/// `EPDOCTOR_EQUIV=path[:path...] cargo test --release equivalence_on_given_logs -- --ignored`:
+/// the same check on logs of your own (the benchmark runs it on what it generates).
+#[test]
+#[ignore]
+fn equivalence_on_given_logs() {
+    let paths: Vec<std::path::PathBuf> =
+        std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
+    let inputs = log::expand(&paths).unwrap().inputs;
+    same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
+}

@@ -1,0 +1,186 @@
+//! NCCL and torch versions: stated, assumed or inferred, the gates they open, the readings.
+
+use std::collections::BTreeSet;
+
+use super::findings::Cand;
+use super::state::State;
+use super::{Engine, Options, VERSIONS_CAP};
+use crate::model::VersionNote;
+use crate::rules::schema::Rule;
+use crate::rules::version::{Range, Version};
+
+impl Engine {
+    /// The NCCL and torch versions: assumed by the caller, stated by the log, or inferred.
+    pub(crate) fn versions(&self, st: &mut State, opts: &Options) -> Versions {
+        let mut notes = Vec::new();
+        // With several, the lowest: the choice must not depend on the order of the rank files.
+        let stated_nccl = st.nccl_versions.first().cloned();
+        if st.nccl_versions.len() > 1 {
+            st.notes.push(format!(
+                "the log shows several NCCL versions: {}; the rules use the lowest",
+                st.nccl_versions.join(", ")
+            ));
+        }
+        let note = |value: String, how: &str, detail: String| VersionNote {
+            component: "nccl".into(),
+            value,
+            how: how.into(),
+            detail,
+        };
+        let (mut nccl, mut nccl_out) = (None, None);
+        if let Some(v) = opts.assume_nccl {
+            (nccl, nccl_out) = (Some(v), Some(v.to_string()));
+            notes.push(note(v.to_string(), "assumed", "given by the caller".into()));
+        } else if let Some(s) = &stated_nccl {
+            nccl = Version::parse(s);
+            nccl_out = nccl.map(|v| v.to_string());
+            notes.push(note(s.clone(), "stated", "NCCL version line".into()));
+        } else if let Some((min, max, sites)) = self.infer_nccl(&st.sites) {
+            nccl = Some(min);
+            let value = if min == max { min.to_string() } else { format!("{min}-{max}") };
+            if min == max {
+                nccl_out = Some(min.to_string());
+            }
+            notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
+        }
+        // torch: stated, else inferred from the file:line of its C++ log lines.
+        let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
+        let torch_one = st.torch_version.clone().or_else(|| match &inferred_torch {
+            Some((a, b, _)) if a == b => Some(a.to_string()),
+            _ => None,
+        });
+        if nccl.is_none() && opts.assume_nccl.is_none() && stated_nccl.is_none() {
+            if let Some(pin) = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
+                nccl = Version::parse(&pin.value);
+                nccl_out = Some(pin.value.clone());
+                notes.push(pin);
+            }
+        }
+        let mut torch = st.torch_version.as_deref().and_then(Version::parse);
+        if let Some(t) = &st.torch_version {
+            notes.push(VersionNote {
+                component: "torch".into(),
+                value: t.clone(),
+                how: "stated".into(),
+                detail: "a torch version in the log".into(),
+            });
+        } else if let Some((min, max, sites)) = inferred_torch {
+            torch = Some(min);
+            notes.push(VersionNote {
+                component: "torch".into(),
+                value: if min == max { min.to_string() } else { format!("{min}-{max}") },
+                how: "inferred".into(),
+                detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
+            });
+        }
+        Versions { nccl, nccl_out, torch, notes }
+    }
+
+    /// Say which version a reading assumes when the log reveals none.
+    pub(crate) fn version_readings(&self, findings: &mut [Cand], vs: &Versions) {
+        for c in findings.iter_mut() {
+            let r = &self.rules[c.rule];
+            let mut said = Vec::new();
+            if let (Some(range), None) = (&r.def.nccl, vs.nccl) {
+                said.push(format!("NCCL {range}"));
+            }
+            if let (Some(range), None) = (&r.def.torch, vs.torch) {
+                said.push(format!("torch {range}"));
+            }
+            if said.is_empty() {
+                continue;
+            }
+            let mut t = format!("the log reveals no version; this reading holds for {}", said.join(" and "));
+            if let Some(o) = &r.def.other_reading {
+                t.push_str(". Outside that range: ");
+                t.push_str(o.trim());
+            }
+            c.finding.context = Some(match c.finding.context.take() {
+                Some(old) => format!("{old}; {t}"),
+                None => t,
+            });
+        }
+    }
+
+    /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
+    pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+        let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
+        let (min, max) = self.sites_db.infer(nccl.clone().map(|(_, id)| *id))?;
+        let mut used: Vec<String> = nccl.map(|(s, _)| s.clone()).collect();
+        used.dedup();
+        Some((min, max, used))
+    }
+
+    /// The torch releases whose C++ sites explain every torch site seen, if any.
+    pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+        let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
+        let (min, max) = self.sites_db.infer_torch(torch.clone().map(|(_, id)| id))?;
+        let mut used: Vec<String> = torch.map(|(s, _)| s.to_string()).collect();
+        used.dedup();
+        Some((min, max, used))
+    }
+}
+
+/// The key prefix of a torch C++ site among the fingerprint sites seen.
+pub(crate) const TORCH_SITE: &str = "torch ";
+
+pub(crate) struct Versions {
+    pub(crate) nccl: Option<Version>,
+    pub(crate) nccl_out: Option<String>,
+    pub(crate) torch: Option<Version>,
+    pub(crate) notes: Vec<VersionNote>,
+}
+
+impl Versions {
+    /// The version gates of rule `r`.
+    pub(crate) fn allows(&self, r: &Rule) -> bool {
+        let gate = |range: &Option<Range>, v: Option<Version>| match (range, v) {
+            (None, _) => true,
+            (Some(rg), Some(v)) => rg.contains(v),
+            (Some(_), None) => r.def.if_version_unknown,
+        };
+        gate(&r.nccl, self.nccl) && gate(&r.torch, self.torch)
+    }
+}
+
+/// Version strings in ascending order: by version number, then as text (so that which versions a
+/// log shows, and which one is used, does not depend on the order its lines were read in).
+pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (Version::parse(a), Version::parse(b)) {
+        (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.cmp(b)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// Add `v` to the sorted list of distinct versions, keeping the lowest `VERSIONS_CAP`.
+pub(crate) fn add_version(list: &mut Vec<String>, v: String) {
+    if let Err(i) = list.binary_search_by(|x| version_order(x, &v)) {
+        list.insert(i, v);
+        list.truncate(VERSIONS_CAP);
+    }
+}
+
+/// Keep the lower of `cur` and `v`.
+pub(crate) fn offer_version(cur: &mut Option<String>, v: String) {
+    if cur.as_deref().is_none_or(|c| version_order(&v, c).is_lt()) {
+        *cur = Some(v);
+    }
+}
+
+/// If `msg` ends in the first part of an `NCCL version X.Y.Z` that a paste may have wrapped, that
+/// part (from `NCCL` on).
+pub(crate) fn version_tail(msg: &str) -> Option<&str> {
+    let i = msg.rfind("NCCL")?;
+    let tail = &msg[i..];
+    const FULL: &str = "NCCL version ";
+    if tail.len() < FULL.len() {
+        return FULL.starts_with(tail).then_some(tail);
+    }
+    let rest = tail.strip_prefix(FULL)?;
+    // A version cut in its middle: digits and dots, ending in a dot or short of three numbers.
+    let ok =
+        rest.bytes().all(|c| c.is_ascii_digit() || c == b'.') && (rest.ends_with('.') || rest.matches('.').count() < 2);
+    ok.then_some(tail)
+}
