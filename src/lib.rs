@@ -8,7 +8,7 @@ pub mod commands;
 pub(crate) mod cuda;
 pub mod env;
 mod error;
-pub mod exit;
+pub(crate) mod exit;
 pub mod flight;
 pub mod lint;
 pub mod log;

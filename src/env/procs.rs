@@ -151,20 +151,6 @@ pub fn mount_of<'a>(mounts: &'a [Mount], path: &str) -> Option<&'a Mount> {
     best
 }
 
-/// `size=` of a tmpfs mount, in bytes (`k`, `m`, `g` suffixes; `%` of RAM is left to statvfs).
-pub fn tmpfs_size_option(options: &str) -> Option<u64> {
-    let v = options.split(',').find_map(|o| o.strip_prefix("size="))?;
-    let (num, mult) = match v.chars().last()? {
-        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
-        't' | 'T' => (&v[..v.len() - 1], 1 << 40),
-        c if c.is_ascii_digit() => (v, 1),
-        _ => return None,
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
 /// /proc/self/cgroup lines: (hierarchy id, controllers, path).
 pub fn parse_cgroup(text: &str) -> Vec<(String, String, String)> {
     text.lines()
@@ -477,14 +463,6 @@ mod tests {
         assert_eq!(v[1].path.as_deref(), Some("@/tmp/nccl-socket-0-2a3f"));
         assert!(crate::os::is_nccl_socket(v[1].path.as_deref().unwrap()));
         assert_eq!(v[2].path.as_deref(), Some("/run/my sock"));
-    }
-
-    #[test]
-    fn tmpfs_sizes() {
-        assert_eq!(tmpfs_size_option("rw,nosuid,size=65536k,mode=1777"), Some(64 << 20));
-        assert_eq!(tmpfs_size_option("rw,size=2g"), Some(2 << 30));
-        assert_eq!(tmpfs_size_option("rw,size=50%"), None);
-        assert_eq!(tmpfs_size_option("rw,relatime"), None);
     }
 
     #[test]

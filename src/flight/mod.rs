@@ -74,18 +74,6 @@ pub struct Entry {
     pub stack: Option<String>,
 }
 
-/// Is this file a Flight Recorder dump? (A pickle that parses and holds `entries` or `pg_status`.)
-pub fn sniff(path: &Path) -> bool {
-    use std::io::Read;
-    if !path.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let mut head = [0u8; 64];
-    let Ok(mut f) = std::fs::File::open(path) else { return false };
-    let Ok(n) = f.read(&mut head) else { return false };
-    looks_like_dump(&head[..n])
-}
-
 /// A pickle whose first bytes hold one of the dump's keys.
 fn looks_like_dump(bytes: &[u8]) -> bool {
     let h = &bytes[..bytes.len().min(64)];

@@ -148,7 +148,6 @@ impl Pattern {
 #[derive(Debug)]
 pub struct Check {
     pub def: CheckDef,
-    pub origin: String,
     pub torch: Option<Range>,
     pub calls: Vec<Pattern>,
     pub query: Option<tree_sitter::Query>,
@@ -215,7 +214,6 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
             .transpose()
             .map_err(|e| anyhow!("{}", ctx(format!("torch: {e}"))))?;
         out.push(Check {
-            origin: origin.to_string(),
             torch,
             calls,
             query,

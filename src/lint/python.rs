@@ -287,10 +287,6 @@ impl Module {
         best
     }
 
-    pub fn defines(&self, name: &str, is_method: bool) -> bool {
-        self.scopes.iter().skip(1).any(|s| s.name == name && s.is_method == is_method)
-    }
-
     fn node(&self, start: usize, end: usize) -> Node<'_> {
         self.tree.root_node().descendant_for_byte_range(start, end).unwrap_or(self.tree.root_node())
     }

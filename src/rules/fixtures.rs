@@ -19,7 +19,6 @@ const MATCH: &str = "#=MATCH=# ";
 
 #[derive(Debug, Default)]
 pub struct Fixture {
-    pub name: String,
     pub source: Option<String>,
     pub verdict: Option<String>,
     pub primary: Option<String>,
@@ -32,7 +31,7 @@ pub struct Fixture {
 }
 
 pub fn parse(name: &str, text: &str) -> Result<Fixture> {
-    let mut f = Fixture { name: name.to_string(), ..Default::default() };
+    let mut f = Fixture::default();
     let mut cur = (name.to_string(), String::new());
     let mut started = false;
     for (i, line) in text.lines().enumerate() {

@@ -25,8 +25,6 @@ pub fn units() -> Vec<(&'static str, &'static str)> {
 }
 
 pub struct Compiled {
-    pub unit: &'static str,
-    pub arch: String,
     pub ptx: String,
     pub entries: Vec<String>,
     /// Where the PTX came from: "cache" or "nvrtc".
@@ -131,14 +129,7 @@ pub fn compile(unit: &'static str, arch: &str, use_cache: bool) -> Result<Compil
         if let Some(ptx) = cache_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
             if ptx.contains(".entry") {
                 let entries = ptx_entries(&ptx);
-                return Ok(Compiled {
-                    unit,
-                    arch: arch.into(),
-                    ptx,
-                    entries,
-                    origin: "cache",
-                    secs: start.elapsed().as_secs_f64(),
-                });
+                return Ok(Compiled { ptx, entries, origin: "cache", secs: start.elapsed().as_secs_f64() });
             }
         }
     }
@@ -149,7 +140,7 @@ pub fn compile(unit: &'static str, arch: &str, use_cache: bool) -> Result<Compil
         let _ = write_atomic(f, ptx.as_bytes());
     }
     let entries = ptx_entries(&ptx);
-    Ok(Compiled { unit, arch: arch.into(), ptx, entries, origin: "nvrtc", secs: start.elapsed().as_secs_f64() })
+    Ok(Compiled { ptx, entries, origin: "nvrtc", secs: start.elapsed().as_secs_f64() })
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
