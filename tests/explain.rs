@@ -212,7 +212,9 @@ fn truncated_gzip_gives_partial_result_with_note() {
         .args(["explain", "--format", "json"])
         .arg(&p)
         .assert()
-        .stdout(predicate::str::contains("stopped reading after line"));
+        .stdout(predicate::str::contains("stopped reading after line"))
+        // The unread rest may hold the failure: never `clean` or `benign` on a cut input.
+        .stdout(predicate::str::contains(r#""verdict": "unknown""#));
 }
 
 #[test]

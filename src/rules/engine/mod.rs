@@ -240,7 +240,7 @@ impl Engine {
                     Ok(Some(l)) => log::clean_line(l),
                     Ok(None) => break,
                     Err(e) => {
-                        st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                        st.cut_short(si, &name, src.lines, &e);
                         break;
                     }
                 };

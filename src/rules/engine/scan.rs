@@ -91,7 +91,7 @@ impl Engine {
                 Ok(None) => break,
                 Err(e) => {
                     // Truncated gzip/zstd and the like: keep what was read, say so.
-                    st.notes.push(format!("{name}: stopped reading after line {}: {e}", src.lines));
+                    st.cut_short(si, &name, src.lines, &e);
                     break;
                 }
             };

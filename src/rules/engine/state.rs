@@ -187,6 +187,19 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// An input that could not be read to its end (a truncated gzip or zstd stream): what was
+    /// read stays, and the cut is listed as unexplained, so the verdict cannot be `clean`.
+    pub(crate) fn cut_short(&mut self, source: usize, name: &str, after_line: u64, err: &dyn std::fmt::Display) {
+        self.notes.push(format!("{name}: stopped reading after line {after_line}: {err}"));
+        self.unexplained.push(Hit {
+            source,
+            line: after_line,
+            text: format!("(the input ends here unread: {err}; what follows may hold the failure)"),
+            warn: true,
+            ..Hit::default()
+        });
+    }
+
     /// Record what reading one input left: its notes, its summary, the byte budget still open.
     pub(crate) fn end_source(
         &mut self,
