@@ -229,29 +229,36 @@ fn ray<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     }
     let head_end = inner.find("pid=")?;
     let mut head = &inner[..head_end];
+    // Nothing goes into `p` before the whole prefix is known to be one: a line that only looks
+    // like it keeps no rank or host.
+    let mut rank = None;
     // vLLM's multiprocess workers: `(VllmWorker rank=1 pid=2345) `.
     if let Some(i) = head.find(" rank=") {
         let n = head[i + 6..].trim_end();
         if n.is_empty() || digits(n) != n.len() {
             return None;
         }
-        p.rank = n.parse().ok();
+        rank = n.parse().ok();
         head = &head[..i + 1];
     }
     // The actor or task name before `pid=` is one word (e.g. `RayWorkerWrapper`, `_MapWorker`).
     if !(head.is_empty() || (head.ends_with(' ') && !head.trim_end().contains(' '))) {
         return None;
     }
-    let mut pid = None;
+    let (mut pid, mut host) = (None, None);
     for kv in inner[head_end..].split(", ") {
         match kv.split_once('=') {
             Some(("pid", v)) => pid = Some(v.parse().ok()?),
-            Some(("ip", v)) => p.host = Some(v),
+            Some(("ip", v)) => host = Some(v),
             Some((k, _)) if k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') => {}
             _ => return None,
         }
     }
     p.pid = pid;
+    p.host = host.or(p.host);
+    if rank.is_some() {
+        p.rank = rank;
+    }
     Some(after)
 }
 
@@ -439,6 +446,9 @@ mod tests {
         assert_eq!(strip_prefixes("[rank=3] x").rank, Some(3));
         let p = strip_prefixes("(VllmWorker rank=1 pid=2345) ERROR 05-12 10:11:12 [x.py:1] boom");
         assert_eq!((p.rank, p.pid), (Some(1), Some(2345)));
+        // Not a prefix after all (a bad pid): the line keeps no rank.
+        let p = strip_prefixes("(VllmWorker rank=1 pid=x) boom");
+        assert_eq!((p.rank, p.rest), (None, "(VllmWorker rank=1 pid=x) boom"));
         assert_eq!(rest("[not a date at all here] x"), "[not a date at all here] x");
         assert_eq!(rest("deadbeef is not a tag"), "deadbeef is not a tag");
         let p = strip_prefixes("llama.D0 [stderr] [rank0]:[E1117 10:00:00.1 ProcessGroupNCCL.cpp:1] x");
