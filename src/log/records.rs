@@ -82,6 +82,16 @@ pub struct Part {
     pub detail: Option<String>,
 }
 
+impl Part {
+    /// Add what the record joins to this line, to what is matched and to the evidence alike.
+    fn join(&mut self, sep: &str, text: &str) {
+        for s in [&mut self.msg, &mut self.raw] {
+            s.push_str(sep);
+            s.push_str(text);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Traceback,
@@ -295,9 +305,8 @@ impl Assembler {
                     let h = &mut o.parts[m];
                     for s in [&mut h.msg, &mut h.raw] {
                         s.truncate(s.trim_end().len());
-                        s.push(' ');
-                        s.push_str(p.rest);
                     }
+                    h.join(" ", p.rest);
                     let flags = Flags { continuation: true, ..Flags::default() };
                     o.push(line, raw, p, Role::Context, p.rest.to_string(), flags);
                     return Some(Fed::Taken);
@@ -334,11 +343,7 @@ impl Assembler {
             Kind::Wrapped => {
                 // The body of a header cut after `Warning:` or before its `]`.
                 if !o.soft && o.parts.len() == 1 && !starts_record(msg) {
-                    let h = &mut o.parts[0];
-                    h.msg.push(' ');
-                    h.msg.push_str(msg);
-                    h.raw.push(' ');
-                    h.raw.push_str(msg);
+                    o.parts[0].join(" ", msg);
                     return true;
                 }
                 false
@@ -373,11 +378,7 @@ impl Assembler {
                     };
                     if role == Role::Match {
                         // The evidence shows the signal too: the head alone names no cause.
-                        let h = &mut o.parts[0];
-                        for s in [&mut h.msg, &mut h.raw] {
-                            s.push_str(" | ");
-                            s.push_str(msg);
-                        }
+                        o.parts[0].join(" | ", msg);
                     }
                     o.push(line, raw, p, Role::Context, msg.to_string(), Flags::default());
                     return true;
@@ -545,16 +546,13 @@ fn ends_mid_sentence(msg: &str) -> bool {
     msg.trim_end().bytes().last().is_some_and(|c| c.is_ascii_alphabetic() || c == b',')
 }
 
-/// The line goes on with a wrapped message: no prefix of its own, not a record or a header, and
-/// it starts mid-sentence (lower case), or the line before broke at a space.
+/// The line goes on with a wrapped message: no prefix of its own (nothing was stripped, so no
+/// rank, time or indentation either), not a record or a header, and it starts mid-sentence
+/// (lower case), or the line before broke at a space.
 fn continues_wrapped(raw: &str, p: &Prefixed<'_>, broke_at_space: bool) -> bool {
     let msg = p.rest;
     let first = msg.bytes().next();
-    p.rank.is_none()
-        && p.local_rank.is_none()
-        && p.ts.is_none()
-        && !p.indented
-        && raw.len() == msg.len()
+    raw.len() == msg.len()
         && (first.is_some_and(|c| c.is_ascii_lowercase())
             || broke_at_space && first.is_some_and(|c| c.is_ascii_alphanumeric()))
         && !starts_record(msg)
