@@ -25,6 +25,7 @@
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
+#[cfg(test)]
 use super::prefix::strip_prefixes;
 use super::record::{positional_warn, ERROR_LIKE_LITERALS, WARN_LITERALS};
 
@@ -147,15 +148,11 @@ impl Prefilter {
         }
     }
 
-    /// False only when no pattern can match `line` and `level_of` cannot rate it `Warn` or above.
-    /// `line` must be ASCII (a cleaned line, rank prefix not yet stripped).
-    pub fn may_matter(&self, line: &str) -> bool {
-        self.may_matter_stripped(strip_prefixes(line).rest)
-    }
-
-    /// `may_matter` for a caller that has stripped the prefixes already (`rest`: what is left).
-    pub fn may_matter_stripped(&self, rest: &str) -> bool {
-        self.reach(rest, &mut Vec::new()) != Reach::Nothing
+    /// False only when no pattern can match `line` and `level_of` cannot rate it `Warn` or above
+    /// (the tests' view of `reach`; the engine calls `reach` on the stripped message itself).
+    #[cfg(test)]
+    fn may_matter(&self, line: &str) -> bool {
+        self.reach(strip_prefixes(line).rest, &mut Vec::new()) != Reach::Nothing
     }
 
     /// Which patterns can match `rest` (a line with its prefixes stripped, ASCII). On
@@ -224,8 +221,9 @@ impl Prefilter {
         Reach::Some
     }
 
-    /// Patterns the prefilter could not take literals from (run on every line), for tests and docs.
-    pub fn residual_len(&self) -> usize {
+    /// Patterns the prefilter could not take literals from (run on every line).
+    #[cfg(test)]
+    fn residual_len(&self) -> usize {
         self.residual.as_ref().map_or(0, |r| r.len())
     }
 }
