@@ -379,10 +379,21 @@ struct Exception {
 #[serde(deny_unknown_fields)]
 struct Ignored {
     /// A regex on the site's format string.
-    format: String,
+    #[serde(default)]
+    format: Option<String>,
+    /// A regex on the file of every site of the message (e.g. a Windows-only source).
+    #[serde(default)]
+    file: Option<String>,
     #[serde(default)]
     lib: Option<String>,
     reason: String,
+}
+
+impl Ignored {
+    fn regexes(&self) -> (Option<Regex>, Option<Regex>) {
+        let re = |r: &Option<String>| r.as_deref().map(|r| Regex::new(r).unwrap());
+        (re(&self.format), re(&self.file))
+    }
 }
 
 #[derive(Deserialize)]
@@ -394,16 +405,32 @@ struct Exceptions {
     ignored: Vec<Ignored>,
 }
 
+/// `rules/catalog/exceptions*.toml`, in name order (one file per area keeps edits apart).
 fn exceptions() -> Exceptions {
-    let p = root().join("rules/catalog/exceptions.toml");
-    let e: Exceptions = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let dir = root().join("rules/catalog");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("exceptions") && n.ends_with(".toml"))
+        })
+        .collect();
+    files.sort();
+    let mut e = Exceptions { exception: Vec::new(), ignored: Vec::new() };
+    for p in files {
+        let one: Exceptions = toml::from_str(&std::fs::read_to_string(&p).unwrap())
+            .unwrap_or_else(|err| panic!("{}: {err}", p.display()));
+        e.exception.extend(one.exception);
+        e.ignored.extend(one.ignored);
+    }
     for x in &e.exception {
         assert!(!x.reason.trim().is_empty(), "exception for {} has no reason", x.rule);
         Range::parse(&x.releases).unwrap();
     }
     for x in &e.ignored {
-        assert!(!x.reason.trim().is_empty(), "ignored `{}` has no reason", x.format);
-        Regex::new(&x.format).unwrap();
+        assert!(!x.reason.trim().is_empty(), "ignored {:?} {:?} has no reason", x.format, x.file);
+        assert!(x.format.is_some() || x.file.is_some(), "ignored entry needs `format` or `file`: {}", x.reason);
+        x.regexes();
     }
     e
 }
@@ -525,7 +552,22 @@ fn coverage_doc() -> String {
     let cat = catalog();
     let linker = linker();
     let exc = exceptions();
-    let ignored: Vec<(Regex, &Ignored)> = exc.ignored.iter().map(|i| (Regex::new(&i.format).unwrap(), i)).collect();
+    let ignored: Vec<(Option<Regex>, Option<Regex>, &Ignored)> = exc
+        .ignored
+        .iter()
+        .map(|i| {
+            let (f, p) = i.regexes();
+            (f, p, i)
+        })
+        .collect();
+    // The entry that ignores a message: its library, its format, and every file it is printed from.
+    let ignoring = |lib: &str, fmt: &str, m: &Msg| {
+        ignored.iter().find(|(f, p, i)| {
+            i.lib.as_deref().is_none_or(|l| l == lib)
+                && f.as_ref().is_none_or(|f| f.is_match(fmt))
+                && p.as_ref().is_none_or(|p| m.files.iter().all(|file| p.is_match(file)))
+        })
+    };
     // One message = (lib, family, level, format): its rows differ only in file:line and releases.
     #[derive(Default)]
     struct Msg {
@@ -533,7 +575,7 @@ fn coverage_doc() -> String {
         /// DeepEP: the git refs.
         refs: BTreeSet<String>,
         rules: BTreeSet<String>,
-        sites: BTreeSet<String>,
+        files: BTreeSet<String>,
     }
     let mut msgs: BTreeMap<(String, String, String, String), Msg> = BTreeMap::new();
     for (s, rules) in cat.sites.iter().zip(links()) {
@@ -563,7 +605,7 @@ fn coverage_doc() -> String {
         if s.lib == "deepep" {
             m.refs.extend(s.first.split(',').map(str::to_string));
         }
-        m.sites.insert(format!("{}:{}", s.file, s.line));
+        m.files.insert(s.file.clone());
     }
     let span = |r: &BTreeSet<Version>| match (r.first(), r.last()) {
         (Some(a), Some(b)) if a == b => a.to_string(),
@@ -577,7 +619,7 @@ fn coverage_doc() -> String {
          (`rules/catalog/`, see [catalog.md](catalog.md)) and the rules; `cargo test` fails when it is out of date.\n\n\
          A message is a (library, family, level, format string); it is **covered** when a rule's patterns match\n\
          the format rendered with plausible arguments in a release inside the rule's version range, **ignored**\n\
-         when `rules/catalog/exceptions.toml` names it with a reason. NCCL: WARN and ATTN sites (and\n\
+         when a `rules/catalog/exceptions*.toml` file names it with a reason. NCCL: WARN and ATTN sites (and\n\
          wheel-only sites whose level could not be read), NCCL 2.18.1-2.32.3; torch 2.1-2.15: messages raised,\n\
          warned or logged by `torch/distributed/*.py`, `elastic/` and `launcher/`, and the C++ c10d sites read\n\
          from the wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
@@ -591,7 +633,7 @@ fn coverage_doc() -> String {
         e.0 += 1;
         if !m.rules.is_empty() {
             e.1 += 1;
-        } else if ignored.iter().any(|(re, i)| i.lib.as_deref().is_none_or(|l| l == lib) && re.is_match(fmt)) {
+        } else if ignoring(lib, fmt, m).is_some() {
             e.2 += 1;
         }
     }
@@ -618,9 +660,7 @@ fn coverage_doc() -> String {
             };
             let why = if !m.rules.is_empty() {
                 m.rules.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
-            } else if let Some((_, i)) =
-                ignored.iter().find(|(re, i)| i.lib.as_deref().is_none_or(|l| l == lib) && re.is_match(fmt))
-            {
+            } else if let Some((_, _, i)) = ignoring(lib, fmt, m) {
                 format!("ignored: {}", md(&i.reason))
             } else {
                 "**not covered**".into()
