@@ -256,6 +256,7 @@ impl Engine {
     /// Arbitration: versions, ranks, gating, findings, outcome, primary, demotion, verdict.
     fn finish(&self, mut st: State, opts: &Options) -> Analysis {
         let vs = self.versions(&mut st, opts);
+        self.level_mismatches(&mut st, &vs);
         let ranks = Ranks::new(&mut st);
         let allowed: Vec<bool> = self.rules.iter().map(|r| vs.allows(r)).collect();
         let grouped = self.group(&mut st, &allowed, opts);

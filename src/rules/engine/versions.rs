@@ -41,7 +41,7 @@ impl Engine {
             if min == max {
                 nccl_out = Some(min.to_string());
             }
-            notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
+            notes.push(note(value, "inferred", inferred_from(&sites)));
         }
         // torch: stated, else inferred from the file:line of its C++ log lines.
         let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
@@ -76,6 +76,27 @@ impl Engine {
         Versions { nccl, nccl_out, torch, notes }
     }
 
+    /// Lines whose level no catalogued release of the stated NCCL prints them at: another libnccl
+    /// printed them (torch's bundled one and a system one?), or the stated version is wrong.
+    pub(crate) fn level_mismatches(&self, st: &mut State, vs: &Versions) {
+        let (Some(v), Some(stated)) = (vs.nccl, vs.notes.iter().find(|n| n.component == "nccl" && n.how == "stated"))
+        else {
+            return;
+        };
+        for (key, id) in &st.sites {
+            let Some(what) = key.strip_prefix(LEVEL_SITE) else { continue };
+            if self.sites_db.entry_has(*id, v) == Some(false) {
+                let levels = self.sites_db.levels_text(*id).unwrap_or_default();
+                st.notes.push(format!(
+                    "the log shows {what}, a level NCCL {} does not print it at (catalogue: {levels}): that \
+                     line came from another NCCL library than the version line's (a system libnccl beside \
+                     torch's own?), or the version line is another process's",
+                    stated.value
+                ));
+            }
+        }
+    }
+
     /// Say which version a reading assumes when the log reveals none.
     pub(crate) fn version_readings(&self, findings: &mut [Cand], vs: &Versions) {
         for c in findings.iter_mut() {
@@ -95,10 +116,7 @@ impl Engine {
                 t.push_str(". Outside that range: ");
                 t.push_str(o.trim());
             }
-            c.finding.context = Some(match c.finding.context.take() {
-                Some(old) => format!("{old}; {t}"),
-                None => t,
-            });
+            c.finding.add_context(t);
         }
     }
 
@@ -123,6 +141,8 @@ impl Engine {
 
 /// The key prefix of a torch C++ site among the fingerprint sites seen.
 pub(crate) const TORCH_SITE: &str = "torch ";
+/// The key prefix of an NCCL message whose level tells the release (`level INFO `msg``).
+pub(crate) const LEVEL_SITE: &str = "level ";
 
 pub(crate) struct Versions {
     pub(crate) nccl: Option<Version>,
@@ -141,6 +161,23 @@ impl Versions {
         };
         gate(&r.nccl, self.nccl) && gate(&r.torch, self.torch)
     }
+}
+
+/// The detail of an NCCL version inferred from fingerprint sites and message levels.
+fn inferred_from(sites: &[String]) -> String {
+    let (levels, warn): (Vec<&String>, Vec<&String>) = sites.iter().partition(|s| s.starts_with(LEVEL_SITE));
+    let mut parts = Vec::new();
+    if !warn.is_empty() {
+        parts.push(format!(
+            "the file:line of WARN sites {}",
+            warn.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !levels.is_empty() {
+        let l: Vec<&str> = levels.iter().map(|s| &s[LEVEL_SITE.len()..]).collect();
+        parts.push(format!("the level of {}", l.join(", ")));
+    }
+    format!("from {}", parts.join(" and "))
 }
 
 /// Version strings in ascending order: by version number, then as text (so that which versions a
