@@ -202,8 +202,13 @@ impl Sites {
     }
 
     /// What the catalogue says of a level entry's message: its level per catalogued release.
+    /// None for a WARN line of a message that is never INFO (it moved to ATTN only): WARN shows it.
     pub fn level_note(&self, id: u32) -> Option<String> {
         let (l, levels) = self.levels_of(id)?;
+        let own = l.by_level.iter().find(|&&(_, e)| e == id as usize).map(|(lv, _)| lv.as_str());
+        if own == Some("WARN") && !l.by_level.iter().any(|(lv, _)| lv == "INFO") {
+            return None;
+        }
         let mut t = format!("NCCL prints `{}` at {levels} (message catalogue)", l.text);
         let hidden: Vec<&str> = l.by_level.iter().filter(|(lv, _)| lv != "WARN").map(|(lv, _)| lv.as_str()).collect();
         if !hidden.is_empty() {
@@ -253,8 +258,14 @@ impl Sites {
     /// The releases every seen entry allows (their intersection), as (lowest, highest); `None` when
     /// nothing was seen or the entries contradict each other (ranks of different releases).
     pub fn infer(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
-        let c = intersect(seen.into_iter().map(|id| self.entries.get(id as usize).map(|e| &e.releases)))?;
-        Some((self.releases[*c.first()?], self.releases[*c.last()?]))
+        let c = self.infer_set(seen);
+        Some((*c.first()?, *c.last()?))
+    }
+
+    /// The releases every seen entry allows, in order (empty: none seen, or a contradiction).
+    pub fn infer_set(&self, seen: impl IntoIterator<Item = u32>) -> Vec<Version> {
+        let c = intersect(seen.into_iter().map(|id| self.entries.get(id as usize).map(|e| &e.releases)));
+        c.unwrap_or_default().into_iter().map(|i| self.releases[i]).collect()
     }
 
     /// The entry of a torch C++ line printed at `file:line` (its log prefix) with message `msg`.
@@ -271,9 +282,15 @@ impl Sites {
 
     /// The torch releases every seen torch entry allows, as (lowest, highest).
     pub fn infer_torch(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
+        let c = self.infer_torch_set(seen);
+        Some((*c.first()?, *c.last()?))
+    }
+
+    /// The torch releases every seen torch entry allows, in order.
+    pub fn infer_torch_set(&self, seen: impl IntoIterator<Item = u32>) -> Vec<Version> {
         let t = &self.torch;
-        let c = intersect(seen.into_iter().map(|id| t.entries.get(id as usize).map(|e| &e.releases)))?;
-        Some((t.releases[*c.first()?], t.releases[*c.last()?]))
+        let c = intersect(seen.into_iter().map(|id| t.entries.get(id as usize).map(|e| &e.releases)));
+        c.unwrap_or_default().into_iter().map(|i| t.releases[i]).collect()
     }
 
     /// The NCCL the stock wheel of torch `t` pins: the same release, else the same minor's

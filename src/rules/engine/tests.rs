@@ -83,6 +83,20 @@ fn the_level_of_accept_failed_tells_the_release_and_a_stated_release_it_contradi
 }
 
 #[test]
+fn a_range_gates_a_span_of_releases_only_when_it_holds_for_all_or_none() {
+    use super::versions::{span_gate, Gate};
+    use crate::rules::version::Range;
+    let r = Range::parse(">=2.23.4, <2.30.3").unwrap();
+    let v = |a, m, p| Version(a, m, p);
+    assert_eq!(span_gate(Some(&r), &[v(2, 24, 3), v(2, 28, 9)]), Gate::Open);
+    assert_eq!(span_gate(Some(&r), &[v(2, 18, 1), v(2, 22, 3)]), Gate::Shut);
+    // Neither end inside, the middle is: the range holds for some of the releases.
+    assert_eq!(span_gate(Some(&r), &[v(2, 18, 1), v(2, 26, 2), v(2, 32, 3)]), Gate::Unknown);
+    assert_eq!(span_gate(Some(&r), &[]), Gate::Unknown);
+    assert_eq!(span_gate(None, &[]), Gate::Open);
+}
+
+#[test]
 fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
     let e = engine();
     let all = fixture_inputs();
