@@ -80,6 +80,14 @@ fn the_level_of_accept_failed_tells_the_release_and_a_stated_release_it_contradi
     let ok = format!("host1:2374:2374 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\n{info}");
     let a = e.analyze(&[mem("c.log", ok)], &Options::default()).unwrap();
     assert!(a.notes.is_empty(), "{:?}", a.notes);
+    // A stated torch whose wheel pins a release the line rules out: the line wins, and says so.
+    let a = e.analyze(&[mem("d.log", format!("torch 2.5.1\n{info}"))], &Options::default()).unwrap();
+    assert!(
+        a.notes.iter().any(|n| n.contains("pins NCCL 2.21.5, which the log's NCCL lines rule out")),
+        "{:?}",
+        a.notes
+    );
+    assert!(a.versions.iter().any(|v| v.component == "nccl" && v.value == "2.30.3-2.31.2"), "{:?}", a.versions);
 }
 
 #[test]

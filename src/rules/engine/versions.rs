@@ -58,15 +58,11 @@ impl Engine {
                         (Some(a), Some(b)) => format!("{a}-{b}"),
                         _ => String::new(),
                     };
-                    if let Some(pin) = pin {
+                    if let (Some(pin), Some(t)) = (pin, &torch_one) {
                         st.notes.push(format!(
-                            "{}, but the log's NCCL lines rule that release out (NCCL {value}): an NCCL installed \
-                             over torch's own?",
-                            pin.detail.split(';').next().unwrap_or("").replacen(
-                                "the NCCL",
-                                &format!("NCCL {}: the NCCL", pin.value),
-                                1
-                            )
+                            "torch {t}'s PyPI wheel pins NCCL {}, which the log's NCCL lines rule out (they \
+                             allow {value}): an NCCL installed over torch's own?",
+                            pin.value
                         ));
                     }
                     notes.push(note(value, "inferred", inferred_from(&sites)));
