@@ -93,6 +93,16 @@ pub struct Finding {
     pub torch: Option<String>,
 }
 
+impl Finding {
+    /// Adds one more reason to `context` (several readings can apply to one finding).
+    pub fn add_context(&mut self, t: String) {
+        self.context = Some(match self.context.take() {
+            Some(old) => format!("{old}; {t}"),
+            None => t,
+        });
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unexplained {
     pub source: String,

@@ -625,6 +625,33 @@ def tsv_field(s):
     return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
+def tsv_unfield(s):
+    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n"}.get(m.group(1), m.group(1)), s)
+
+
+def read_rows(name):
+    """The data rows of a committed catalogue TSV (comments and header left out), fields unescaped."""
+    out = []
+    with open(os.path.join(OUT, name), encoding="utf-8") as f:
+        lines = [l.rstrip("\n") for l in f if not l.startswith("#")]
+    for l in lines[1:]:
+        out.append([tsv_unfield(x) for x in l.split("\t")])
+    return out
+
+
+def derive():
+    """fingerprints.toml again from the committed TSVs (no sources or wheels needed)."""
+    rel = read_rows("releases.tsv")
+    releases = [v for lib, v, _ in rel if lib == "nccl"]
+    t_releases = [v for lib, v, _ in rel if lib == "torch"]
+    nccl_rows = [((f, int(line), level, subsys, fmt, origin), first, last)
+                 for f, line, level, subsys, first, last, _fam, origin, fmt in read_rows("nccl.tsv")]
+    torch_rows = [((f, int(line), level, fmt, origin), first, last)
+                  for f, line, level, first, last, _fam, origin, fmt in read_rows("torch.tsv")]
+    pins = [tuple(r) for r in read_rows("torch-nccl.tsv")]
+    write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins, t_releases, torch_rows))
+
+
 def generate_nccl(cache, gitdir):
     releases, sources = [], {}
     per = {}  # (file, line, level, subsys, fmt) -> {release idx}
@@ -857,6 +884,41 @@ def torch_fingerprints(releases, rows):
     return by_site
 
 
+def nccl_levels_toml(releases, rows):
+    """[nccl_levels]: messages NCCL prints at another level in some releases (`Accept failed`: WARN to
+    2.29, INFO in 2.30-2.31, ATTN in 2.32). The level of such a line narrows the release, INFO lines
+    included (they carry no file:line), and tells the user which NCCL_DEBUG shows it."""
+    per = {}  # message start -> level -> release indexes
+    starts = set()
+    for (rel, line, level, subsys, fmt, origin), first, last in rows:
+        head = fmt_prefix(fmt)
+        starts.add(head)
+        if level not in ("WARN", "INFO", "ATTN"):
+            continue
+        i, j = releases.index(first), releases.index(last)
+        per.setdefault(head, {}).setdefault(level, set()).update(range(i, j + 1))
+    out = ["", "# Message start = \"LEVEL RELEASES\" for each level NCCL prints it at, for messages whose",
+           "# level differs between releases. Left out: starts shorter than 10 characters, and starts that",
+           "# another message's start extends (a line could be that other message).",
+           "[nccl_levels]"]
+
+    def q(t):
+        return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    for head in sorted(per):
+        levels = per[head]
+        if len(head) < 10 or len(levels) < 2 or len({frozenset(v) for v in levels.values()}) < 2:
+            continue
+        if any(o != head and o.startswith(head) for o in starts):
+            continue
+        items = []
+        for level in ("WARN", "INFO", "ATTN"):
+            if level in levels:
+                runs = collapse({0: levels[level]}, releases)
+                items.append(level + " " + ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs))
+        out.append(q(head) + " = [" + ", ".join(q(t) for t in items) + "]")
+    return out
+
+
 def fingerprints_toml(releases, rows, pins, torch_releases=(), torch_rows=()):
     """WARN/ATTN sites (file:line, message start) whose release set is not every release."""
     by_site = {}
@@ -892,6 +954,7 @@ def fingerprints_toml(releases, rows, pins, torch_releases=(), torch_rows=()):
         return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
     for site in sorted(grouped, key=key):
         out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(grouped[site])) + "]")
+    out += nccl_levels_toml(releases, rows)
     out += ["", "# torch release = the NCCL its wheel pins (torch-nccl.tsv).", "[torch_nccl]"]
     out += [f'"{t}" = "{n}"' for t, n, _, _ in pins if n]
     # torch's C++ sites as its log prefix shows them (`[W1004 15:16:15.503072590 File.cpp:LINE]`):
@@ -915,7 +978,12 @@ def main():
     ap.add_argument("--cache", default=os.path.join(ROOT, ".cache", "catalog"))
     ap.add_argument("--nccl-git", help="an NCCL git directory (bare or not); default CACHE/nccl.git")
     ap.add_argument("--deepep-git", help="a DeepEP git directory (bare or not); default CACHE/deepep.git")
+    ap.add_argument("--derive", action="store_true",
+                    help="only rewrite fingerprints.toml from the committed TSVs (offline, seconds)")
     a = ap.parse_args()
+    if a.derive:
+        derive()
+        return
     gitdir = a.nccl_git or os.path.join(a.cache, "nccl.git")
     deepep_git = a.deepep_git or os.path.join(a.cache, "deepep.git")
     if a.fetch:

@@ -15,6 +15,20 @@ pub enum Level {
     Error,
 }
 
+impl Level {
+    /// The word NCCL prints for this level (`WARN`, `ATTN`, `INFO`, ...).
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            Level::None => "",
+            Level::Trace => "TRACE",
+            Level::Info => "INFO",
+            Level::Attn => "ATTN",
+            Level::Warn => "WARN",
+            Level::Error => "ERROR",
+        }
+    }
+}
+
 /// What produced the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

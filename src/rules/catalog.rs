@@ -28,6 +28,9 @@ struct CatalogFile {
     /// message contains, not its start (the pieces were read from machine code).
     #[serde(default)]
     torch: HashMap<String, Vec<String>>,
+    /// Message start -> `"LEVEL RANGES"` per level, for messages whose level differs by release.
+    #[serde(default)]
+    nccl_levels: HashMap<String, Vec<String>>,
 }
 
 /// One message at one file:line and the releases that print it there.
@@ -49,6 +52,26 @@ pub struct Sites {
     pins: Vec<(Version, Version)>,
     /// torch's C++ sites, ids from 0 in their own space.
     torch: TorchSites,
+    /// Messages whose level differs between releases; each (message, level) is an entry.
+    levels: Vec<Levels>,
+    /// The first LEVEL_HEAD characters of each message start -> indexes into `levels`.
+    levels_by_head: HashMap<String, Vec<usize>>,
+    /// Indexes into `releases` of the releases the catalogue read (not hand-written ones).
+    catalogued: BTreeSet<usize>,
+}
+
+/// One message NCCL prints at different levels by release: (level, entry id) per level.
+#[derive(Debug)]
+struct Levels {
+    text: String,
+    by_level: Vec<(String, usize)>,
+}
+
+/// Characters of a message start used as the lookup key (every start is at least this long).
+const LEVEL_HEAD: usize = 10;
+
+fn head(s: &str) -> &str {
+    s.char_indices().nth(LEVEL_HEAD).map_or(s, |(i, _)| &s[..i])
 }
 
 /// The C++ c10d sites of every catalogued torch release.
@@ -117,6 +140,28 @@ impl Sites {
                 s.push(file, line, "", set.clone());
             }
         }
+        let mut texts: Vec<&String> = f.nccl_levels.keys().collect();
+        texts.sort();
+        for text in texts {
+            if text.chars().count() < LEVEL_HEAD {
+                return Err(anyhow!("{CATALOG_FILE}: nccl_levels: message start `{text}` is too short"));
+            }
+            let mut by_level = Vec::new();
+            for item in &f.nccl_levels[text] {
+                let (level, ranges) = item.split_once(' ').unwrap_or((item, ""));
+                by_level.push((level.to_string(), s.entries.len()));
+                let mut set = parse_ranges(ranges, &releases, text)?;
+                // Hand-written releases older than the catalogue print at the first catalogued
+                // release's level (the level moved later, if at all).
+                if let Some(f) = releases.iter().position(|v| catalogued.contains(v)).filter(|f| set.contains(f)) {
+                    set.extend(0..f);
+                }
+                s.entries.push(Entry { file: String::new(), text: text.clone(), releases: set });
+            }
+            s.levels_by_head.entry(head(text).to_string()).or_default().push(s.levels.len());
+            s.levels.push(Levels { text: text.clone(), by_level });
+        }
+        s.catalogued = (0..releases.len()).filter(|&i| catalogued.contains(&releases[i])).collect();
         s.torch = TorchSites::parse(&f.torch_releases, &f.torch)?;
         for (t, n) in &f.torch_nccl {
             let bad = || anyhow!("{CATALOG_FILE}: torch_nccl: bad entry `{t}` = `{n}`");
@@ -146,11 +191,81 @@ impl Sites {
         pick(true).or_else(|| pick(false)).map(|i| i as u32)
     }
 
+    /// The entry of an NCCL line at `level` (WARN, INFO, ATTN) whose message changes level between
+    /// releases: the releases that print it at that level, and the message start.
+    pub fn lookup_level(&self, level: &str, msg: &str) -> Option<(u32, &str)> {
+        let msg = msg.trim_start();
+        let l =
+            self.levels_by_head.get(head(msg))?.iter().map(|&i| &self.levels[i]).find(|l| msg.starts_with(&l.text))?;
+        let id = l.by_level.iter().find(|(lv, _)| lv == level)?.1;
+        Some((id as u32, &l.text))
+    }
+
+    /// What the catalogue says of a level entry's message: its level per catalogued release.
+    /// None for a WARN line of a message that is never INFO (it moved to ATTN only): WARN shows it.
+    pub fn level_note(&self, id: u32) -> Option<String> {
+        let (l, levels) = self.levels_of(id)?;
+        let own = l.by_level.iter().find(|&&(_, e)| e == id as usize).map(|(lv, _)| lv.as_str());
+        if own == Some("WARN") && !l.by_level.iter().any(|(lv, _)| lv == "INFO") {
+            return None;
+        }
+        let mut t = format!("NCCL prints `{}` at {levels} (message catalogue)", l.text);
+        let hidden: Vec<&str> = l.by_level.iter().filter(|(lv, _)| lv != "WARN").map(|(lv, _)| lv.as_str()).collect();
+        if !hidden.is_empty() {
+            t.push_str(&format!(
+                "; NCCL_DEBUG=WARN hides the {} lines (NCCL_DEBUG=INFO shows them{})",
+                hidden.join(" and "),
+                if hidden.contains(&"ATTN") { ", and on 2.32 NCCL_DEBUG_LEVELS=ATTN shows ATTN" } else { "" }
+            ));
+        }
+        Some(t)
+    }
+
+    /// A level entry's message and its levels per catalogued release (`WARN in 2.18.1-2.29.7, ...`).
+    fn levels_of(&self, id: u32) -> Option<(&Levels, String)> {
+        let l = self.levels.iter().find(|l| l.by_level.iter().any(|&(_, e)| e == id as usize))?;
+        let span = |set: &BTreeSet<usize>| {
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for &i in set.iter().filter(|i| self.catalogued.contains(i)) {
+                match runs.last_mut() {
+                    Some(r) if r.1 + 1 == i => r.1 = i,
+                    _ => runs.push((i, i)),
+                }
+            }
+            let name = |i: usize| self.releases[i].to_string();
+            runs.iter()
+                .map(|&(a, b)| if a == b { name(a) } else { format!("{}-{}", name(a), name(b)) })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let levels: Vec<String> =
+            l.by_level.iter().map(|(lv, e)| format!("{lv} in {}", span(&self.entries[*e].releases))).collect();
+        Some((l, levels.join(", ")))
+    }
+
+    /// The levels per release of a level entry's message, for a note (`WARN in ..., INFO in ...`).
+    pub fn levels_text(&self, id: u32) -> Option<String> {
+        self.levels_of(id).map(|(_, t)| t)
+    }
+
+    /// Whether a catalogued release `v` prints entry `id`'s message at its level (`None`: `v` is
+    /// not catalogued, nothing to say).
+    pub fn entry_has(&self, id: u32, v: Version) -> Option<bool> {
+        let i = self.releases.binary_search(&v).ok().filter(|i| self.catalogued.contains(i))?;
+        Some(self.entries.get(id as usize)?.releases.contains(&i))
+    }
+
     /// The releases every seen entry allows (their intersection), as (lowest, highest); `None` when
     /// nothing was seen or the entries contradict each other (ranks of different releases).
     pub fn infer(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
-        let c = intersect(seen.into_iter().map(|id| self.entries.get(id as usize).map(|e| &e.releases)))?;
-        Some((self.releases[*c.first()?], self.releases[*c.last()?]))
+        let c = self.infer_set(seen);
+        Some((*c.first()?, *c.last()?))
+    }
+
+    /// The releases every seen entry allows, in order (empty: none seen, or a contradiction).
+    pub fn infer_set(&self, seen: impl IntoIterator<Item = u32>) -> Vec<Version> {
+        let c = intersect(seen.into_iter().map(|id| self.entries.get(id as usize).map(|e| &e.releases)));
+        c.unwrap_or_default().into_iter().map(|i| self.releases[i]).collect()
     }
 
     /// The entry of a torch C++ line printed at `file:line` (its log prefix) with message `msg`.
@@ -167,9 +282,15 @@ impl Sites {
 
     /// The torch releases every seen torch entry allows, as (lowest, highest).
     pub fn infer_torch(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
+        let c = self.infer_torch_set(seen);
+        Some((*c.first()?, *c.last()?))
+    }
+
+    /// The torch releases every seen torch entry allows, in order.
+    pub fn infer_torch_set(&self, seen: impl IntoIterator<Item = u32>) -> Vec<Version> {
         let t = &self.torch;
-        let c = intersect(seen.into_iter().map(|id| t.entries.get(id as usize).map(|e| &e.releases)))?;
-        Some((t.releases[*c.first()?], t.releases[*c.last()?]))
+        let c = intersect(seen.into_iter().map(|id| t.entries.get(id as usize).map(|e| &e.releases)));
+        c.unwrap_or_default().into_iter().map(|i| t.releases[i]).collect()
     }
 
     /// The NCCL the stock wheel of torch `t` pins: the same release, else the same minor's
@@ -296,6 +417,28 @@ releases = ["2.18.1", "2.22.3", "2.23.4", "2.32.3"]
         let c = s.lookup("proxy.cc", 1458, "[Proxy Service] Get listenSock fd fails").unwrap();
         assert_eq!(s.infer([a, c]), None);
         assert_eq!(s.infer([]), None);
+    }
+
+    #[test]
+    fn levels_narrow_the_release_and_extend_to_older_hand_written_releases() {
+        let cat = format!(
+            "{CAT}[nccl_levels]\n\"[Service thread] Accept failed\" = [\"WARN 2.18.1..2.22.3\", \"INFO 2.23.4\", \"ATTN 2.32.3\"]\n"
+        );
+        let s = Sites::from_parts(&cat, &hand()).unwrap();
+        let (info, text) = s.lookup_level("INFO", "[Service thread] Accept failed Success").unwrap();
+        assert_eq!(text, "[Service thread] Accept failed");
+        assert_eq!(s.infer([info]), Some((Version(2, 23, 4), Version(2, 23, 4))));
+        // WARN in the first catalogued release: also in 2.17.1 (hand-written), which the note leaves out.
+        let (warn, _) = s.lookup_level("WARN", "[Service thread] Accept failed x").unwrap();
+        assert_eq!(s.infer([warn]), Some((Version(2, 17, 1), Version(2, 22, 3))));
+        assert_eq!(s.entry_has(warn, Version(2, 17, 1)), None);
+        assert_eq!(s.entry_has(warn, Version(2, 32, 3)), Some(false));
+        assert_eq!(s.levels_text(warn).unwrap(), "WARN in 2.18.1-2.22.3, INFO in 2.23.4, ATTN in 2.32.3");
+        assert!(s.level_note(info).unwrap().contains("NCCL_DEBUG=WARN hides the INFO and ATTN lines"));
+        assert_eq!(s.lookup_level("TRACE", "[Service thread] Accept failed"), None);
+        assert_eq!(s.lookup_level("INFO", "[Service thread] Accept"), None);
+        let short = cat.replace("\"[Service thread] Accept failed\" =", "\"Accept\" =");
+        assert!(Sites::from_parts(&short, &[]).unwrap_err().to_string().contains("too short"));
     }
 
     #[test]

@@ -128,6 +128,9 @@ impl Engine {
                         .into(),
                 );
             }
+            if let Some(n) = a.hits.iter().find_map(|h| h.leveled).and_then(|id| self.sites_db.level_note(id)) {
+                finding.add_context(n);
+            }
             out.push(Cand {
                 finding,
                 first,

@@ -256,6 +256,7 @@ impl Engine {
     /// Arbitration: versions, ranks, gating, findings, outcome, primary, demotion, verdict.
     fn finish(&self, mut st: State, opts: &Options) -> Analysis {
         let vs = self.versions(&mut st, opts);
+        self.level_mismatches(&mut st, &vs);
         let ranks = Ranks::new(&mut st);
         let allowed: Vec<bool> = self.rules.iter().map(|r| vs.allows(r)).collect();
         let grouped = self.group(&mut st, &allowed, opts);
@@ -303,8 +304,8 @@ impl Engine {
             schema_version: SCHEMA_VERSION,
             tool_version: crate::VERSION.to_string(),
             verdict,
+            torch_version: vs.torch_out(),
             nccl_version: vs.nccl_out,
-            torch_version: vs.torch.map(|v| v.to_string()),
             primary,
             findings: findings.into_iter().map(|c| c.finding).collect(),
             unexplained,

@@ -8,7 +8,7 @@ use anyhow::Result;
 use regex::{Regex, RegexSet};
 
 use super::state::{Hit, SourceState, State};
-use super::versions::{add_version, offer_version, version_tail, TORCH_SITE};
+use super::versions::{add_version, offer_version, version_tail, LEVEL_SITE, TORCH_SITE};
 use super::{Engine, Internal, Slot, HIT_TEXT_MAX, RANK_MAP_CAP, READ_AHEAD, REFERENCE, SITES_CAP};
 use crate::log::records::{Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
@@ -333,7 +333,15 @@ impl Engine {
             }
             _ => None,
         };
-        if let Some(key) = known {
+        // The level of a message NCCL prints at different levels by release (INFO lines too).
+        let leveled = match (rec.kind, level) {
+            (log::Kind::Nccl, Level::Info | Level::Attn | Level::Warn) => self
+                .sites_db
+                .lookup_level(level.nccl_name(), rec.msg)
+                .map(|(id, text)| (id, format!("{LEVEL_SITE}{} `{text}`", level.nccl_name()))),
+            _ => None,
+        };
+        for key in known.into_iter().chain(leveled.as_ref().map(|(id, k)| (k.clone(), *id))) {
             if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
                 st.sites_seq.push(key);
             }
@@ -357,6 +365,7 @@ impl Engine {
             ignored: l.flags.ignored,
             launcher: rec.kind == log::Kind::Launcher,
             detail: l.detail.map(clip),
+            leveled: leveled.map(|(id, _)| id),
         };
         if let Some(o) = outcome {
             st.add_outcome(o, &hit);

@@ -32,6 +32,8 @@ pub(crate) struct Hit {
     pub(crate) launcher: bool,
     /// What the record adds (innermost frame, backtrace libraries, the restated error).
     pub(crate) detail: Option<String>,
+    /// The catalogue entry of a message whose level differs by release (its level here).
+    pub(crate) leveled: Option<u32>,
 }
 
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.

@@ -59,6 +59,52 @@ fn torch_version_inferred_from_the_destructor_warning_line_and_nccl_from_its_pin
 }
 
 #[test]
+fn the_level_of_accept_failed_tells_the_release_and_a_stated_release_it_contradicts() {
+    let e = engine();
+    let info = "host1:2374:2994 [0] NCCL INFO [Service thread] Accept failed Resource temporarily unavailable\n";
+    // No version line: INFO is the level of 2.30-2.31 only.
+    let a = e.analyze(&[mem("a.log", info.into())], &Options::default()).unwrap();
+    let nccl = a.versions.iter().find(|v| v.component == "nccl").expect("an inferred NCCL");
+    assert_eq!((nccl.value.as_str(), nccl.how.as_str()), ("2.30.3-2.31.2", "inferred"), "{:?}", a.versions);
+    assert!(nccl.detail.contains("the level of INFO `[Service thread] Accept failed`"), "{}", nccl.detail);
+    let f = a.findings.iter().find(|f| f.rule == "nccl-accept-failed-demoted").expect("the INFO/ATTN rule");
+    let ctx = f.context.as_deref().unwrap_or("");
+    assert!(ctx.contains("WARN in 2.18.1-2.29.7, INFO in 2.30.3-2.31.2, ATTN in 2.32.3"), "{ctx}");
+    assert!(ctx.contains("NCCL_DEBUG=WARN hides"), "{ctx}");
+    assert!(a.notes.is_empty(), "{:?}", a.notes);
+    // A version line of a release that prints it at WARN: the line is another library's.
+    let stated = format!("host1:2374:2374 [0] NCCL INFO NCCL version 2.22.3+cuda12.4\n{info}");
+    let a = e.analyze(&[mem("b.log", stated)], &Options::default()).unwrap();
+    assert!(a.notes.iter().any(|n| n.contains("a level NCCL 2.22.3+cuda12.4 does not print it at")), "{:?}", a.notes);
+    // The release's own level: nothing to say.
+    let ok = format!("host1:2374:2374 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\n{info}");
+    let a = e.analyze(&[mem("c.log", ok)], &Options::default()).unwrap();
+    assert!(a.notes.is_empty(), "{:?}", a.notes);
+    // A stated torch whose wheel pins a release the line rules out: the line wins, and says so.
+    let a = e.analyze(&[mem("d.log", format!("torch 2.5.1\n{info}"))], &Options::default()).unwrap();
+    assert!(
+        a.notes.iter().any(|n| n.contains("pins NCCL 2.21.5, which the log's NCCL lines rule out")),
+        "{:?}",
+        a.notes
+    );
+    assert!(a.versions.iter().any(|v| v.component == "nccl" && v.value == "2.30.3-2.31.2"), "{:?}", a.versions);
+}
+
+#[test]
+fn a_range_gates_a_span_of_releases_only_when_it_holds_for_all_or_none() {
+    use super::versions::{span_gate, Gate};
+    use crate::rules::version::Range;
+    let r = Range::parse(">=2.23.4, <2.30.3").unwrap();
+    let v = |a, m, p| Version(a, m, p);
+    assert_eq!(span_gate(Some(&r), &[v(2, 24, 3), v(2, 28, 9)]), Gate::Open);
+    assert_eq!(span_gate(Some(&r), &[v(2, 18, 1), v(2, 22, 3)]), Gate::Shut);
+    // Neither end inside, the middle is: the range holds for some of the releases.
+    assert_eq!(span_gate(Some(&r), &[v(2, 18, 1), v(2, 26, 2), v(2, 32, 3)]), Gate::Unknown);
+    assert_eq!(span_gate(Some(&r), &[]), Gate::Unknown);
+    assert_eq!(span_gate(None, &[]), Gate::Open);
+}
+
+#[test]
 fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
     let e = engine();
     let all = fixture_inputs();

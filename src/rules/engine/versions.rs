@@ -27,36 +27,52 @@ impl Engine {
             how: how.into(),
             detail,
         };
-        let (mut nccl, mut nccl_out) = (None, None);
+        // The releases the log allows: one when assumed or stated, the catalogue's set when inferred.
+        let mut nccl: Vec<Version> = Vec::new();
         if let Some(v) = opts.assume_nccl {
-            (nccl, nccl_out) = (Some(v), Some(v.to_string()));
+            nccl.push(v);
             notes.push(note(v.to_string(), "assumed", "given by the caller".into()));
         } else if let Some(s) = &stated_nccl {
-            nccl = Version::parse(s);
-            nccl_out = nccl.map(|v| v.to_string());
+            nccl.extend(Version::parse(s));
             notes.push(note(s.clone(), "stated", "NCCL version line".into()));
-        } else if let Some((min, max, sites)) = self.infer_nccl(&st.sites) {
-            nccl = Some(min);
-            let value = if min == max { min.to_string() } else { format!("{min}-{max}") };
-            if min == max {
-                nccl_out = Some(min.to_string());
-            }
-            notes.push(note(value, "inferred", format!("from the file:line of WARN sites {}", sites.join(", "))));
         }
+        let inferred = if nccl.is_empty() && stated_nccl.is_none() { self.infer_nccl(&st.sites) } else { None };
         // torch: stated, else inferred from the file:line of its C++ log lines.
         let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
         let torch_one = st.torch_version.clone().or_else(|| match &inferred_torch {
-            Some((a, b, _)) if a == b => Some(a.to_string()),
+            Some((set, _)) if set.len() == 1 => Some(set[0].to_string()),
             _ => None,
         });
-        if nccl.is_none() && opts.assume_nccl.is_none() && stated_nccl.is_none() {
-            if let Some(pin) = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t)) {
-                nccl = Version::parse(&pin.value);
-                nccl_out = Some(pin.value.clone());
-                notes.push(pin);
+        if nccl.is_empty() && stated_nccl.is_none() {
+            let pin = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t));
+            let pinned = pin.as_ref().and_then(|p| Version::parse(&p.value));
+            match (inferred, pin, pinned) {
+                // The pin, where the log's sites allow it (or say nothing): one release, not a span.
+                (set, Some(pin), Some(p)) if set.as_ref().is_none_or(|(s, _)| s.contains(&p)) => {
+                    nccl.push(p);
+                    notes.push(pin);
+                }
+                (Some((set, sites)), pin, _) => {
+                    let value = match (set.first(), set.last()) {
+                        (Some(a), Some(b)) if a == b => a.to_string(),
+                        (Some(a), Some(b)) => format!("{a}-{b}"),
+                        _ => String::new(),
+                    };
+                    if let (Some(pin), Some(t)) = (pin, &torch_one) {
+                        st.notes.push(format!(
+                            "torch {t}'s PyPI wheel pins NCCL {}, which the log's NCCL lines rule out (they \
+                             allow {value}): an NCCL installed over torch's own?",
+                            pin.value
+                        ));
+                    }
+                    notes.push(note(value, "inferred", inferred_from(&sites)));
+                    nccl = set;
+                }
+                _ => {}
             }
         }
-        let mut torch = st.torch_version.as_deref().and_then(Version::parse);
+        let nccl_out = (nccl.len() == 1).then(|| nccl[0].to_string());
+        let mut torch: Vec<Version> = st.torch_version.as_deref().and_then(Version::parse).into_iter().collect();
         if let Some(t) = &st.torch_version {
             notes.push(VersionNote {
                 component: "torch".into(),
@@ -64,83 +80,167 @@ impl Engine {
                 how: "stated".into(),
                 detail: "a torch version in the log".into(),
             });
-        } else if let Some((min, max, sites)) = inferred_torch {
-            torch = Some(min);
+        } else if let Some((set, sites)) = inferred_torch {
+            let (min, max) = (set[0], set[set.len() - 1]);
             notes.push(VersionNote {
                 component: "torch".into(),
                 value: if min == max { min.to_string() } else { format!("{min}-{max}") },
                 how: "inferred".into(),
                 detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
             });
+            torch = set;
         }
         Versions { nccl, nccl_out, torch, notes }
     }
 
-    /// Say which version a reading assumes when the log reveals none.
+    /// Lines whose level no catalogued release of the stated NCCL prints them at: another libnccl
+    /// printed them (torch's bundled one and a system one?), or the stated version is wrong.
+    pub(crate) fn level_mismatches(&self, st: &mut State, vs: &Versions) {
+        let (Some(&v), Some(stated)) =
+            (vs.nccl.first(), vs.notes.iter().find(|n| n.component == "nccl" && n.how == "stated"))
+        else {
+            return;
+        };
+        for (key, id) in &st.sites {
+            let Some(what) = key.strip_prefix(LEVEL_SITE) else { continue };
+            if self.sites_db.entry_has(*id, v) == Some(false) {
+                let levels = self.sites_db.levels_text(*id).unwrap_or_default();
+                st.notes.push(format!(
+                    "the log shows {what}, a level NCCL {} does not print it at (catalogue: {levels}): that \
+                     line came from another NCCL library than the version line's (a system libnccl beside \
+                     torch's own?), or the version line is another process's",
+                    stated.value
+                ));
+            }
+        }
+    }
+
+    /// Say which version a reading assumes when the log does not pin the version down.
     pub(crate) fn version_readings(&self, findings: &mut [Cand], vs: &Versions) {
         for c in findings.iter_mut() {
             let r = &self.rules[c.rule];
             let mut said = Vec::new();
-            if let (Some(range), None) = (&r.def.nccl, vs.nccl) {
-                said.push(format!("NCCL {range}"));
-            }
-            if let (Some(range), None) = (&r.def.torch, vs.torch) {
-                said.push(format!("torch {range}"));
+            let mut narrowed = Vec::new();
+            let gates = [("NCCL", &r.nccl, &r.def.nccl, &vs.nccl), ("torch", &r.torch, &r.def.torch, &vs.torch)];
+            for (lib, range, text, cands) in gates {
+                let (Some(range), Some(text)) = (range, text) else { continue };
+                match span_gate(Some(range), cands) {
+                    Gate::Unknown if cands.is_empty() => said.push(format!("{lib} {text}")),
+                    Gate::Unknown => {
+                        said.push(format!("{lib} {text}"));
+                        narrowed.push(format!("{lib} to {}-{}", cands[0], cands[cands.len() - 1]));
+                    }
+                    _ => {}
+                }
             }
             if said.is_empty() {
                 continue;
             }
-            let mut t = format!("the log reveals no version; this reading holds for {}", said.join(" and "));
+            let head = if narrowed.is_empty() {
+                "the log reveals no version".to_string()
+            } else {
+                format!("the log narrows {} only", narrowed.join(" and "))
+            };
+            let mut t = format!("{head}; this reading holds for {}", said.join(" and "));
             if let Some(o) = &r.def.other_reading {
                 t.push_str(". Outside that range: ");
                 t.push_str(o.trim());
             }
-            c.finding.context = Some(match c.finding.context.take() {
-                Some(old) => format!("{old}; {t}"),
-                None => t,
-            });
+            c.finding.add_context(t);
         }
     }
 
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
-    pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+    pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
-        let (min, max) = self.sites_db.infer(nccl.clone().map(|(_, id)| *id))?;
+        let set = self.sites_db.infer_set(nccl.clone().map(|(_, id)| *id));
+        if set.is_empty() {
+            return None;
+        }
         let mut used: Vec<String> = nccl.map(|(s, _)| s.clone()).collect();
         used.dedup();
-        Some((min, max, used))
+        Some((set, used))
     }
 
     /// The torch releases whose C++ sites explain every torch site seen, if any.
-    pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Version, Version, Vec<String>)> {
+    pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
-        let (min, max) = self.sites_db.infer_torch(torch.clone().map(|(_, id)| id))?;
+        let set = self.sites_db.infer_torch_set(torch.clone().map(|(_, id)| id));
+        if set.is_empty() {
+            return None;
+        }
         let mut used: Vec<String> = torch.map(|(s, _)| s.to_string()).collect();
         used.dedup();
-        Some((min, max, used))
+        Some((set, used))
     }
 }
 
 /// The key prefix of a torch C++ site among the fingerprint sites seen.
 pub(crate) const TORCH_SITE: &str = "torch ";
+/// The key prefix of an NCCL message whose level tells the release (`level INFO `msg``).
+pub(crate) const LEVEL_SITE: &str = "level ";
 
 pub(crate) struct Versions {
-    pub(crate) nccl: Option<Version>,
+    /// The NCCL releases the log allows (one when stated or assumed; empty: unknown).
+    pub(crate) nccl: Vec<Version>,
     pub(crate) nccl_out: Option<String>,
-    pub(crate) torch: Option<Version>,
+    /// The torch releases the log allows.
+    pub(crate) torch: Vec<Version>,
     pub(crate) notes: Vec<VersionNote>,
+}
+
+/// What a version range says of the releases a log allows.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Open,
+    Shut,
+    /// No version known, or the range holds for some of the releases only.
+    Unknown,
+}
+
+pub(crate) fn span_gate(range: Option<&Range>, cands: &[Version]) -> Gate {
+    let Some(range) = range else { return Gate::Open };
+    let inside = cands.iter().filter(|v| range.contains(**v)).count();
+    match inside {
+        _ if cands.is_empty() => Gate::Unknown,
+        0 => Gate::Shut,
+        n if n == cands.len() => Gate::Open,
+        _ => Gate::Unknown,
+    }
 }
 
 impl Versions {
     /// The version gates of rule `r`.
     pub(crate) fn allows(&self, r: &Rule) -> bool {
-        let gate = |range: &Option<Range>, v: Option<Version>| match (range, v) {
-            (None, _) => true,
-            (Some(rg), Some(v)) => rg.contains(v),
-            (Some(_), None) => r.def.if_version_unknown,
+        let gate = |range: &Option<Range>, cands: &[Version]| match span_gate(range.as_ref(), cands) {
+            Gate::Open => true,
+            Gate::Shut => false,
+            Gate::Unknown => r.def.if_version_unknown,
         };
-        gate(&r.nccl, self.nccl) && gate(&r.torch, self.torch)
+        gate(&r.nccl, &self.nccl) && gate(&r.torch, &self.torch)
     }
+
+    /// The one torch release the log allows, for the JSON.
+    pub(crate) fn torch_out(&self) -> Option<String> {
+        (self.torch.len() == 1).then(|| self.torch[0].to_string())
+    }
+}
+
+/// The detail of an NCCL version inferred from fingerprint sites and message levels.
+fn inferred_from(sites: &[String]) -> String {
+    let (levels, warn): (Vec<&String>, Vec<&String>) = sites.iter().partition(|s| s.starts_with(LEVEL_SITE));
+    let mut parts = Vec::new();
+    if !warn.is_empty() {
+        parts.push(format!(
+            "the file:line of WARN sites {}",
+            warn.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !levels.is_empty() {
+        let l: Vec<&str> = levels.iter().map(|s| &s[LEVEL_SITE.len()..]).collect();
+        parts.push(format!("the level of {}", l.join(", ")));
+    }
+    format!("from {}", parts.join(" and "))
 }
 
 /// Version strings in ascending order: by version number, then as text (so that which versions a
