@@ -548,6 +548,9 @@ const GOAL: &[(&str, &str)] = &[
     ("torch", "watchdog"),
     ("nvshmem", "bootstrap"),
     ("nvshmem", "teardown"),
+    // What DeepEP users meet first: NVSHMEM's init and its IBGDA transport.
+    ("nvshmem", "init"),
+    ("nvshmem", "ibgda"),
     ("deepep", "timeout"),
     ("deepep", "teardown"),
 ];
