@@ -538,6 +538,10 @@ const GOAL: &[(&str, &str)] = &[
     ("nccl", "socket"),
     ("nccl", "bootstrap"),
     ("nccl", "shm"),
+    // Init failures, and the NET/IB and P2P/NVLS transports that fail at init or under load.
+    ("nccl", "init"),
+    ("nccl", "net"),
+    ("nccl", "transport"),
     ("torch", "teardown"),
     ("torch", "store"),
     ("torch", "socket"),
