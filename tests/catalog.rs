@@ -542,12 +542,16 @@ const GOAL: &[(&str, &str)] = &[
     ("nccl", "init"),
     ("nccl", "net"),
     ("nccl", "transport"),
+    ("nccl", "ras"),
     ("torch", "teardown"),
     ("torch", "store"),
     ("torch", "socket"),
     ("torch", "watchdog"),
     ("nvshmem", "bootstrap"),
     ("nvshmem", "teardown"),
+    // What DeepEP users meet first: NVSHMEM's init and its IBGDA transport.
+    ("nvshmem", "init"),
+    ("nvshmem", "ibgda"),
     ("deepep", "timeout"),
     ("deepep", "teardown"),
 ];
