@@ -542,6 +542,7 @@ const GOAL: &[(&str, &str)] = &[
     ("nccl", "init"),
     ("nccl", "net"),
     ("nccl", "transport"),
+    ("nccl", "ras"),
     ("torch", "teardown"),
     ("torch", "store"),
     ("torch", "socket"),
