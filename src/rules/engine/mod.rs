@@ -152,7 +152,7 @@ impl Engine {
             .flatten();
         let unicode_set = OnceLock::new();
         if ascii_set.is_none() {
-            let set = RegexSet::new(&pats).map_err(|e| {
+            let set = scan::unicode_set(&pats).map_err(|e| {
                 // Name the pattern that is too big or otherwise refused (rule files only parse it).
                 let culprit = pats.iter().zip(&slots).find(|(p, _)| Regex::new(p).is_err());
                 match culprit {

@@ -387,7 +387,7 @@ impl Engine {
     /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
     /// on a line that passes the prefilter costs less than the whole set.
     pub(crate) fn matches_among(&self, line: &str, cands: &[usize]) -> Vec<usize> {
-        if self.ascii_set.is_none() || !line.is_ascii() {
+        if self.ascii_set.is_none() || REFERENCE.with(std::cell::Cell::get) {
             return self.matches(line);
         }
         let mut out = Vec::new();
@@ -402,13 +402,15 @@ impl Engine {
         out
     }
 
-    /// The indices of the patterns that match `line` (rank prefix stripped), in order.
+    /// The indices of the patterns that match `line` (rank prefix stripped), in order. Non-ASCII
+    /// lines (progress bars, other languages) too go through the byte set: the patterns name only
+    /// ASCII, and a Unicode set of every rule is many times slower per line and costs seconds to
+    /// compile. (`\w`, `\d`, `\s` then do not take non-ASCII letters, digits or spaces.)
     pub(crate) fn matches(&self, line: &str) -> Vec<usize> {
-        let ascii = line.is_ascii() && !REFERENCE.with(std::cell::Cell::get);
-        if let (Some(set), true) = (&self.ascii_set, ascii) {
+        if let (Some(set), false) = (&self.ascii_set, REFERENCE.with(std::cell::Cell::get)) {
             return set.matches(line.as_bytes()).into_iter().collect();
         }
-        match self.unicode_set.get_or_init(|| RegexSet::new(&self.pats).ok()) {
+        match self.unicode_set.get_or_init(|| unicode_set(&self.pats).ok()) {
             Some(set) => set.matches(line).into_iter().collect(),
             None => {
                 (0..self.pats.len()).filter(|&i| Regex::new(&self.pats[i]).is_ok_and(|re| re.is_match(line))).collect()
@@ -456,4 +458,10 @@ pub(crate) fn clip(line: &str) -> String {
         end -= 1;
     }
     format!("{} [... {} more bytes]", &line[..end], line.len() - end)
+}
+
+/// The patterns as one Unicode set; every rule's together outgrow the regex crate's default size
+/// limit (10 MB), which only bounds what compiling may take.
+pub(crate) fn unicode_set(pats: &[String]) -> Result<RegexSet, regex::Error> {
+    regex::RegexSetBuilder::new(pats).size_limit(1 << 28).build()
 }
