@@ -82,6 +82,15 @@ struct LitInfo {
 
 /// Literals whose presence alone makes a line matter: warning and error levels, the words of
 /// `looks_like_error` (fail safe), and the openers of multi-line records.
+/// A case-sensitive literal that contains one of the level literals.
+fn holds_level_literal(l: &Lit) -> bool {
+    !l.1 && level_literals().any(|w| contains(&l.0, w.as_bytes()))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|x| x == needle)
+}
+
 fn level_literals() -> impl Iterator<Item = &'static str> {
     WARN_LITERALS.iter().chain(ERROR_LIKE_LITERALS).chain(crate::log::records::OPENERS).copied()
 }
@@ -101,7 +110,12 @@ impl Prefilter {
             match required_factors(p) {
                 Some(fs) => {
                     pattern_of.push(i as u32);
-                    first.extend(fs[0].iter().cloned());
+                    // A factor whose every literal holds a level literal (`Call to bind failed`
+                    // holds `failed`) needs nothing in the first stage: the level literal already
+                    // lets such lines through. Otherwise the best factor goes in.
+                    if !fs.iter().any(|f| f.iter().all(holds_level_literal)) {
+                        first.extend(fs[0].iter().cloned());
+                    }
                     let ids: Vec<Vec<u32>> = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
                     let pi = b.factors.len() as u32;
                     for id in ids.iter().flatten() {
