@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 
 use epdoctor::rules::schema::{self, Rule};
 use epdoctor::rules::version::{Range, Version};
-use regex::{Regex, RegexSet};
+use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Deserialize;
 
 fn root() -> PathBuf {
@@ -332,7 +332,9 @@ impl Linker {
                 owner.push(i);
             }
         }
-        Linker { set: RegexSet::new(&pats).unwrap(), rules, owner, cache: Mutex::new(HashMap::new()) }
+        // Every rule's patterns in one set outgrow the regex crate's default 10 MB limit.
+        let set = RegexSetBuilder::new(&pats).size_limit(1 << 28).build().unwrap();
+        Linker { set, rules, owner, cache: Mutex::new(HashMap::new()) }
     }
 
     /// The rules whose patterns match a rendering of the site, less those that match the line's
