@@ -891,7 +891,7 @@ def nccl_levels_toml(releases, rows):
     per = {}  # message start -> level -> release indexes
     starts = set()
     for (rel, line, level, subsys, fmt, origin), first, last in rows:
-        head = fmt_prefix(fmt)
+        head = c_unescape(fmt).split("%")[0].strip()  # whole, unlike fmt_prefix: it is shown to users
         starts.add(head)
         if level not in ("WARN", "INFO", "ATTN"):
             continue
