@@ -80,17 +80,13 @@ struct LitInfo {
     level: bool,
 }
 
-/// Literals whose presence alone makes a line matter: warning and error levels, the words of
-/// `looks_like_error` (fail safe), and the openers of multi-line records.
 /// A case-sensitive literal that contains one of the level literals.
 fn holds_level_literal(l: &Lit) -> bool {
-    !l.1 && level_literals().any(|w| contains(&l.0, w.as_bytes()))
+    !l.1 && level_literals().any(|w| memchr::memmem::find(&l.0, w.as_bytes()).is_some())
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|x| x == needle)
-}
-
+/// Literals whose presence alone makes a line matter: warning and error levels, the words of
+/// `looks_like_error` (fail safe), and the openers of multi-line records.
 fn level_literals() -> impl Iterator<Item = &'static str> {
     WARN_LITERALS.iter().chain(ERROR_LIKE_LITERALS).chain(crate::log::records::OPENERS).copied()
 }

@@ -257,6 +257,7 @@ impl Sites {
 
     /// The releases every seen entry allows (their intersection), as (lowest, highest); `None` when
     /// nothing was seen or the entries contradict each other (ranks of different releases).
+    #[cfg(test)]
     pub fn infer(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
         let c = self.infer_set(seen);
         Some((*c.first()?, *c.last()?))
@@ -281,6 +282,7 @@ impl Sites {
     }
 
     /// The torch releases every seen torch entry allows, as (lowest, highest).
+    #[cfg(test)]
     pub fn infer_torch(&self, seen: impl IntoIterator<Item = u32>) -> Option<(Version, Version)> {
         let c = self.infer_torch_set(seen);
         Some((*c.first()?, *c.last()?))

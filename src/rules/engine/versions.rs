@@ -36,14 +36,16 @@ impl Engine {
             nccl.extend(Version::parse(s));
             notes.push(note(s.clone(), "stated", "NCCL version line".into()));
         }
-        let inferred = if nccl.is_empty() && stated_nccl.is_none() { self.infer_nccl(&st.sites) } else { None };
+        // Neither assumed nor stated: what the log's lines allow, or torch's pin.
+        let open = nccl.is_empty() && stated_nccl.is_none();
+        let inferred = if open { self.infer_nccl(&st.sites) } else { None };
         // torch: stated, else inferred from the file:line of its C++ log lines.
         let inferred_torch = if st.torch_version.is_none() { self.infer_torch(&st.sites) } else { None };
         let torch_one = st.torch_version.clone().or_else(|| match &inferred_torch {
             Some((set, _)) if set.len() == 1 => Some(set[0].to_string()),
             _ => None,
         });
-        if nccl.is_empty() && stated_nccl.is_none() {
+        if open {
             let pin = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t));
             let pinned = pin.as_ref().and_then(|p| Version::parse(&p.value));
             match (inferred, pin, pinned) {
@@ -53,11 +55,7 @@ impl Engine {
                     notes.push(pin);
                 }
                 (Some((set, sites)), pin, _) => {
-                    let value = match (set.first(), set.last()) {
-                        (Some(a), Some(b)) if a == b => a.to_string(),
-                        (Some(a), Some(b)) => format!("{a}-{b}"),
-                        _ => String::new(),
-                    };
+                    let value = span(&set);
                     if let (Some(pin), Some(t)) = (pin, &torch_one) {
                         st.notes.push(format!(
                             "torch {t}'s PyPI wheel pins NCCL {}, which the log's NCCL lines rule out (they \
@@ -81,10 +79,9 @@ impl Engine {
                 detail: "a torch version in the log".into(),
             });
         } else if let Some((set, sites)) = inferred_torch {
-            let (min, max) = (set[0], set[set.len() - 1]);
             notes.push(VersionNote {
                 component: "torch".into(),
-                value: if min == max { min.to_string() } else { format!("{min}-{max}") },
+                value: span(&set),
                 how: "inferred".into(),
                 detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
             });
@@ -128,7 +125,7 @@ impl Engine {
                     Gate::Unknown if cands.is_empty() => said.push(format!("{lib} {text}")),
                     Gate::Unknown => {
                         said.push(format!("{lib} {text}"));
-                        narrowed.push(format!("{lib} to {}-{}", cands[0], cands[cands.len() - 1]));
+                        narrowed.push(format!("{lib} to {}", span(cands)));
                     }
                     _ => {}
                 }
@@ -223,6 +220,15 @@ impl Versions {
     /// The one torch release the log allows, for the JSON.
     pub(crate) fn torch_out(&self) -> Option<String> {
         (self.torch.len() == 1).then(|| self.torch[0].to_string())
+    }
+}
+
+/// Releases in order as a note shows them: `2.30.3-2.31.2`, or one release.
+fn span(set: &[Version]) -> String {
+    match (set.first(), set.last()) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(b)) => format!("{a}-{b}"),
+        _ => String::new(),
     }
 }
 
