@@ -884,6 +884,15 @@ def torch_fingerprints(releases, rows):
     return by_site
 
 
+def release_runs(idx, releases):
+    """A set of release indexes as fingerprints.toml writes it: `a..b` runs, comma-separated."""
+    return ",".join(a if a == b else f"{a}..{b}" for _, a, b in collapse({0: set(idx)}, releases))
+
+
+def toml_str(t):
+    return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def nccl_levels_toml(releases, rows):
     """[nccl_levels]: messages NCCL prints at another level in some releases (`Accept failed`: WARN to
     2.29, INFO in 2.30-2.31, ATTN in 2.32). The level of such a line narrows the release, INFO lines
@@ -902,8 +911,6 @@ def nccl_levels_toml(releases, rows):
            "# another message's start extends (a line could be that other message).",
            "[nccl_levels]"]
 
-    def q(t):
-        return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
     for head in sorted(per):
         levels = per[head]
         if len(head) < 10 or len(levels) < 2 or len({frozenset(v) for v in levels.values()}) < 2:
@@ -913,9 +920,8 @@ def nccl_levels_toml(releases, rows):
         items = []
         for level in ("WARN", "INFO", "ATTN"):
             if level in levels:
-                runs = collapse({0: levels[level]}, releases)
-                items.append(level + " " + ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs))
-        out.append(q(head) + " = [" + ", ".join(q(t) for t in items) + "]")
+                items.append(level + " " + release_runs(levels[level], releases))
+        out.append(toml_str(head) + " = [" + ", ".join(toml_str(t) for t in items) + "]")
     return out
 
 
@@ -942,18 +948,15 @@ def fingerprints_toml(releases, rows, pins, torch_releases=(), torch_rows=()):
     for (site, prefix), idx in by_site.items():
         if len(idx) == len(releases):
             continue
-        runs = collapse({0: set(idx)}, releases)
-        rng = ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs)
+        rng = release_runs(idx, releases)
         grouped.setdefault(site, []).append((idx and min(idx), f"{rng} {prefix}".strip()))
 
     def key(site):
         f, l = site.rsplit(":", 1)
         return (f, int(l))
 
-    def q(t):
-        return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
     for site in sorted(grouped, key=key):
-        out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(grouped[site])) + "]")
+        out.append(toml_str(site) + " = [" + ", ".join(toml_str(t) for _, t in sorted(grouped[site])) + "]")
     out += nccl_levels_toml(releases, rows)
     out += ["", "# torch release = the NCCL its wheel pins (torch-nccl.tsv).", "[torch_nccl]"]
     out += [f'"{t}" = "{n}"' for t, n, _, _ in pins if n]
@@ -964,11 +967,10 @@ def fingerprints_toml(releases, rows, pins, torch_releases=(), torch_rows=()):
     for (site, text), idx in torch_fingerprints(list(torch_releases), torch_rows).items():
         if len(idx) == len(torch_releases):
             continue
-        runs = collapse({0: set(idx)}, list(torch_releases))
-        rng = ",".join(a if a == b else f"{a}..{b}" for _, a, b in runs)
+        rng = release_runs(idx, list(torch_releases))
         tgrouped.setdefault(site, []).append((min(idx), f"{rng} {text}"))
     for site in sorted(tgrouped, key=key):
-        out.append(q(site) + " = [" + ", ".join(q(t) for _, t in sorted(tgrouped[site])) + "]")
+        out.append(toml_str(site) + " = [" + ", ".join(toml_str(t) for _, t in sorted(tgrouped[site])) + "]")
     return out
 
 
