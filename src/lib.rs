@@ -15,6 +15,7 @@ pub mod log;
 pub mod model;
 pub mod os;
 pub(crate) mod output;
+pub mod pipeline;
 pub mod repro;
 pub mod rules;
 pub mod worker;

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 use epdoctor::rules::schema::{self, Rule};
-use epdoctor::rules::version::{Range, Version};
+use epdoctor::model::version::{Range, Version};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Deserialize;
 

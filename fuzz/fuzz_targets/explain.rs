@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     files.push((format!("rank{}.log", files.len()), cur));
     let opts = Options {
         max_bytes: (flags & 1 != 0).then_some(u64::from(flags >> 4) * 97),
-        assume_nccl: (flags & 2 != 0).then(|| epdoctor::rules::version::Version::parse("2.22.3").unwrap()),
+        assume_nccl: (flags & 2 != 0).then(|| epdoctor::model::version::Version::parse("2.22.3").unwrap()),
         evidence: usize::from(flags >> 5) + 1,
         templates: flags & 4 != 0,
     };

@@ -51,7 +51,7 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
 pub fn clean(args: &CleanArgs) -> Result<u8> {
     let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes).input()?;
     print(&o.text)?;
-    Ok(if o.failed.is_empty() { exit::OK } else { exit::ERROR })
+    Ok(exit::of_clean(o.failed.len()))
 }
 
 /// Not print!: a closed pipe must be an error that maps to exit 0, not a panic.

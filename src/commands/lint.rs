@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::cli::LintArgs;
 use crate::error::Typed;
 use crate::lint;
-use crate::rules::version::Version;
+use crate::model::version::Version;
 
 pub fn run(args: &LintArgs) -> Result<u8> {
     let torch = match &args.torch {
@@ -23,5 +23,5 @@ pub fn run(args: &LintArgs) -> Result<u8> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;
-    Ok(lint::exit_code(&report))
+    Ok(crate::exit::of_lint(&report))
 }

@@ -11,7 +11,6 @@ pub mod rules;
 pub mod worker;
 
 use crate::cli::{Cli, Command};
-use crate::error::Error;
 use crate::exit;
 
 /// Run the parsed command line; print an error and return its status if it fails.
@@ -22,7 +21,7 @@ pub(crate) fn run(cli: Cli) -> u8 {
         Err(e) if is_broken_pipe(&e) => exit::OK,
         Err(e) => {
             crate::output::color::print_error(&e);
-            exit_status(&e)
+            exit::of_error(&e)
         }
     }
 }
@@ -43,15 +42,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The exit status of a failed command (README, "Exit codes").
-pub(crate) fn exit_status(e: &anyhow::Error) -> u8 {
-    match crate::error::kind_of(e) {
-        Some(Error::Usage(_) | Error::Input(_) | Error::Rules(_) | Error::MissingLibrary(_)) => exit::ERROR,
-        Some(Error::Harness(_)) => exit::HARNESS,
-        // Not caused by what the user gave (a bug, a full disk): still "could not do it".
-        None => exit::ERROR,
-    }
-}
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
@@ -60,7 +50,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Typed;
+    use crate::error::{Error, Typed};
     use crate::rules::RuleSource;
 
     fn kind(e: &anyhow::Error) -> &'static str {
@@ -79,7 +69,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("missing.log");
         let e = explain::analyze(std::slice::from_ref(&missing), &RuleSource::builtin()).unwrap_err();
-        assert_eq!((kind(&e), exit_status(&e)), ("input", exit::ERROR), "{e:#}");
+        assert_eq!((kind(&e), exit::of_error(&e)), ("input", exit::ERROR), "{e:#}");
         assert!(format!("{e:#}").starts_with(&format!("cannot read {}: ", missing.display())), "{e:#}");
 
         let empty = d.path().join("logs");
@@ -93,7 +83,7 @@ mod tests {
         let log = d.path().join("rank0.log");
         std::fs::write(&log, "hello\n").unwrap();
         let e = explain::analyze(&[log], &RuleSource { files: vec![bad], builtin: true }).unwrap_err();
-        assert_eq!((kind(&e), exit_status(&e)), ("rules", exit::ERROR), "{e:#}");
+        assert_eq!((kind(&e), exit::of_error(&e)), ("rules", exit::ERROR), "{e:#}");
     }
 
     #[test]
@@ -106,8 +96,8 @@ mod tests {
         assert_eq!(kind(&e), "rules", "context on top keeps the type");
 
         let h: anyhow::Result<()> = Err(anyhow::anyhow!("writing cells.json"));
-        assert_eq!(exit_status(&h.harness().unwrap_err()), exit::HARNESS);
-        assert_eq!(exit_status(&crate::error::usage_one("bad flag")), exit::ERROR);
-        assert_eq!(exit_status(&anyhow::anyhow!("a bug")), exit::ERROR);
+        assert_eq!(exit::of_error(&h.harness().unwrap_err()), exit::HARNESS);
+        assert_eq!(exit::of_error(&crate::error::usage_one("bad flag")), exit::ERROR);
+        assert_eq!(exit::of_error(&anyhow::anyhow!("a bug")), exit::ERROR);
     }
 }

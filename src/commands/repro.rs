@@ -21,5 +21,5 @@ pub fn run(args: &ReproArgs) -> Result<u8> {
     if let Some(why) = &done.never_started {
         eprintln!("epdoctor: no rank of any cell started the workload; rank 0 said: {why}");
     }
-    Ok(done.exit_code())
+    Ok(crate::exit::of_repro(done.never_started.is_some(), done.harness_failed()))
 }

@@ -41,6 +41,8 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
             out.flush()?;
             Ok(exit::OK)
         }
-        RulesCommand::Test { paths, bless, rule_opts } => fixtures::run_command(&paths, bless, &rule_opts.source()),
+        RulesCommand::Test { paths, bless, rule_opts } => {
+            Ok(exit::of_fixtures(fixtures::run_command(&paths, bless, &rule_opts.source())?))
+        }
     }
 }

@@ -9,7 +9,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use crate::model::Severity;
-use crate::rules::version::Range;
+use crate::model::version::Range;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

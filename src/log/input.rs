@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use super::archive::{Limits, Member, Spool, LIMITS};
+use crate::model::headings;
 
 /// Longest line kept; the rest of a longer line is skipped (and noted).
 pub const MAX_LINE: usize = 1 << 20;
@@ -132,11 +133,11 @@ pub fn sniff(name: &str, head: &[u8]) -> Content {
 fn own_output(head: &[u8]) -> Option<&'static str> {
     let text = String::from_utf8_lossy(&head[..head.len().min(512)]);
     let first = text.lines().next().unwrap_or("");
-    if first == crate::output::repro::HEADING {
+    if first == headings::REPRO_MD {
         Some("epdoctor repro's report.md")
-    } else if first == crate::output::report::HEADING {
+    } else if first == headings::REPORT_MD {
         Some("an epdoctor report")
-    } else if first.starts_with(crate::output::explain_md::HEADING) {
+    } else if first.starts_with(headings::EXPLAIN_MD) {
         Some("epdoctor explain's Markdown")
     } else if first
         .strip_prefix("verdict: ")
@@ -662,33 +663,6 @@ mod tests {
     }
 
     #[test]
-    fn sniff_knows_what_epdoctor_writes() {
-        use crate::output::{self as report, RenderOpts};
-        let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
-        let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
-        let a = engine.analyze(&inputs, &Default::default()).unwrap();
-        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
-        for (format, kind) in [
-            (crate::cli::Format::Text, "epdoctor explain's text"),
-            (crate::cli::Format::Md, "epdoctor explain's Markdown"),
-            (crate::cli::Format::Json, "epdoctor explain's JSON"),
-        ] {
-            let out = report::render(&a, format, &ro);
-            assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
-        }
-        let repro = format!("{}\n\n- cells: 4\n", crate::output::repro::HEADING);
-        assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
-        let bundle = format!("{}\n\n- logs: verdict\n", crate::output::report::HEADING);
-        assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
-        // cells.json as serde writes `repro::result::Run`: its first two fields.
-        let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
-        assert_eq!(sniff("cells.json", cells.as_bytes()), Content::Own("epdoctor repro's cells.json"));
-        // Other JSON and Markdown are not ours.
-        assert_eq!(sniff("x.json", b"{\"schema_version\": 1, \"name\": 2}"), Content::Text);
-        assert_eq!(sniff("x.md", b"# epdoctor notes\n"), Content::Text);
-    }
-
-    #[test]
     fn folders_skip_hidden_and_own_files_and_say_so() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path();
@@ -698,7 +672,7 @@ mod tests {
         std::fs::write(root.join(".git/objects/ab"), "NCCL WARN in git\n").unwrap();
         std::fs::write(root.join(".venv/lib/x.py"), "NCCL WARN in venv\n").unwrap();
         std::fs::write(root.join(".nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
-        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", crate::output::repro::HEADING))
+        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", headings::REPRO_MD))
             .unwrap();
         std::fs::write(root.join("run/cells/c0/rank0.log"), "vm:1:2 [0] NCCL INFO hi\n").unwrap();
         std::fs::write(root.join("rank1.log"), "").unwrap();

@@ -3,6 +3,16 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod version;
+
+/// The first lines of epdoctor's own documents: the writers start them so, and `explain` skips a
+/// file that starts so (it would read its own findings as a log).
+pub mod headings {
+    pub const REPRO_MD: &str = "# epdoctor repro";
+    pub const REPORT_MD: &str = "# epdoctor report";
+    pub const EXPLAIN_MD: &str = "### epdoctor explain: ";
+}
+
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -21,15 +31,6 @@ impl Verdict {
             Verdict::Benign => "benign",
             Verdict::Actionable => "actionable",
             Verdict::Unknown => "unknown",
-        }
-    }
-
-    /// Exit status of `explain` (README, "Exit codes").
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Verdict::Clean | Verdict::Benign => crate::exit::OK,
-            Verdict::Actionable => crate::exit::ACTIONABLE,
-            Verdict::Unknown => crate::exit::UNKNOWN,
         }
     }
 }

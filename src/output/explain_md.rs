@@ -11,7 +11,7 @@ use super::RenderOpts;
 use crate::model::{Analysis, Finding, Verdict};
 
 /// How the document starts (`explain` knows it by this and does not read it as a log).
-pub(crate) const HEADING: &str = "### epdoctor explain: ";
+pub(crate) const HEADING: &str = crate::model::headings::EXPLAIN_MD;
 
 pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
     let mut md = Md::new(opts.redact.then_some(red));

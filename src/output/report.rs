@@ -12,7 +12,7 @@ use crate::model::Analysis;
 use crate::repro::result::Run;
 
 /// The report's first line (`explain` knows the document by it and does not read it as a log).
-pub(crate) const HEADING: &str = "# epdoctor report";
+pub(crate) const HEADING: &str = crate::model::headings::REPORT_MD;
 
 /// The models one report is made of.
 pub(crate) struct Doc<'a> {

@@ -236,9 +236,6 @@ pub fn text(run: &Run, dir: &Path) -> String {
     s
 }
 
-/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
-pub(crate) const HEADING: &str = "# epdoctor repro";
-
 /// report.md, or the repro section of `report` (`level`: the heading level of its title).
 pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> String {
     // Learn every host in what the ranks printed first, so each gets its pseudonym everywhere.

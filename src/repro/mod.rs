@@ -38,10 +38,7 @@ pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
-    let (inputs, notes, dumps) = crate::flight::prepare(crate::log::expand(paths)?)?;
-    let mut a = engine.analyze(&inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
-    a.notes.extend(notes);
-    Ok(crate::flight::join(a, Vec::new(), dumps))
+    crate::pipeline::explain_paths(engine, paths, &crate::rules::Options { evidence: 5, ..Default::default() })
 }
 
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
@@ -122,17 +119,9 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// The exit status: 2 when the workload never started, 5 when the harness failed or was
-    /// interrupted, else 0.
-    pub fn exit_code(&self) -> u8 {
-        let launch_failed = self.run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
-        if self.never_started.is_some() {
-            crate::exit::ERROR
-        } else if self.run.is_partial() || launch_failed {
-            crate::exit::HARNESS
-        } else {
-            crate::exit::OK
-        }
+    /// Whether the harness failed: a cell could not be launched, or the run was interrupted.
+    pub fn harness_failed(&self) -> bool {
+        self.run.is_partial() || self.run.cells.iter().any(|c| c.status == CellStatus::LaunchError)
     }
 }
 

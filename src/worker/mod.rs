@@ -20,8 +20,8 @@ use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfu
 
 use crate::cuda::{self as cu, CuError};
 use crate::repro::markers;
-use crate::rules::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
-use crate::rules::version::Version;
+use crate::model::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
+use crate::model::version::Version;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
 use workload::{Layout, Shape, SignalLayout};

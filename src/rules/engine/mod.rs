@@ -267,6 +267,8 @@ impl Engine {
         self.version_readings(&mut findings, &vs);
         let primary_idx = primary(&findings, &st);
         self.demote(&mut findings, primary_idx, outcome.status);
+        let culprit = self.culprit(&findings, primary_idx);
+        let primary_idx = culprit.or(primary_idx);
 
         let mut unexplained_hits = grouped.unexplained;
         unexplained_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
@@ -295,7 +297,8 @@ impl Engine {
             examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
         };
 
-        let verdict = verdict::verdict(&findings, total_unexplained);
+        let verdict =
+            if culprit.is_some() { crate::model::Verdict::Actionable } else { verdict::verdict(&findings, total_unexplained) };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
         for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
             s.ranks = ranks.iter().copied().collect();

@@ -7,7 +7,7 @@ use super::state::State;
 use super::{Engine, Options, VERSIONS_CAP};
 use crate::model::VersionNote;
 use crate::rules::schema::Rule;
-use crate::rules::version::{Range, Version};
+use crate::model::version::{Range, Version};
 
 impl Engine {
     /// The NCCL and torch versions: assumed by the caller, stated by the log, or inferred.
