@@ -15,7 +15,7 @@ use crate::exit;
 
 /// Run the parsed command line; print an error and return its status if it fails.
 pub(crate) fn run(cli: Cli) -> u8 {
-    crate::output::color::init(cli.color);
+    crate::output::color::init(cli.color.forced());
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => exit::OK,
@@ -41,7 +41,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Man { dir } => man::run(dir.as_deref()),
     }
 }
-
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))

@@ -4,7 +4,7 @@ use owo_colors::Style;
 use std::fmt::Write as _;
 
 use super::color::paint;
-use super::RenderOpts;
+use super::Options;
 use crate::model::{Analysis, Finding, RunOutcome, Severity, Verdict};
 
 fn verdict_style(v: Verdict) -> Style {
@@ -28,7 +28,7 @@ fn verdict_line(v: Verdict, outcome: RunOutcome) -> &'static str {
     }
 }
 
-pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
+pub fn render(a: &Analysis, opts: &Options) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
