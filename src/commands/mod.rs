@@ -3,12 +3,12 @@
 //! an exit status.
 pub mod env;
 pub mod explain;
+pub mod kernels;
 pub mod lint;
 pub mod man;
 pub mod report;
 pub mod repro;
 pub mod rules;
-pub mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::exit;
@@ -35,8 +35,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
-        Command::Kernels(args) => worker::kernels(&args),
-        Command::Worker(args) => worker::worker(&args),
+        Command::Kernels(args) => kernels::kernels(&args),
+        Command::Worker(args) => kernels::worker(&args),
         Command::Completions { shell } => man::completions(shell),
         Command::Man { dir } => man::run(dir.as_deref()),
     }
