@@ -60,6 +60,7 @@ mod tests {
             Some(Error::Rules(_)) => "rules",
             Some(Error::MissingLibrary(_)) => "library",
             Some(Error::Harness(_)) => "harness",
+            Some(Error::Fetch(_)) => "fetch",
             None => "untyped",
         }
     }
