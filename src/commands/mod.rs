@@ -5,6 +5,7 @@ pub mod env;
 pub mod explain;
 pub mod lint;
 pub mod man;
+pub mod nccl;
 pub mod report;
 pub mod repro;
 pub mod rules;
@@ -36,6 +37,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Rules(cmd) => rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
         Command::Kernels(args) => worker::kernels(&args),
+        Command::Nccl(cmd) => nccl::run(cmd),
         Command::Worker(args) => worker::worker(&args),
         Command::Completions { shell } => man::completions(shell),
         Command::Man { dir } => man::run(dir.as_deref()),

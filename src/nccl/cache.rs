@@ -60,6 +60,16 @@ pub fn parse_entry_name(name: &str) -> Option<(Release, u32)> {
     Some((Release::parse(r)?, m.parse().ok()?))
 }
 
+/// `.../2.22.3-cu12/libnccl.so.2` -> `2.22.3` (a library of this cache, by its path).
+pub fn release_of_lib(path: &str) -> Option<String> {
+    let p = Path::new(path);
+    if p.file_name()? != LIB_FILE || !p.parent()?.join(ENTRY_FILE).is_file() {
+        return None;
+    }
+    let (r, _) = parse_entry_name(&p.parent()?.file_name()?.to_string_lossy())?;
+    Some(r.to_string())
+}
+
 impl Cache {
     pub fn at(root: PathBuf) -> Cache {
         Cache { root }

@@ -381,15 +381,8 @@ impl Fetcher {
     /// Resolve one `--nccl` value to an axis value: a library path, or "" for the loader's choice.
     pub fn resolve(&self, spec: &Spec) -> Result<String> {
         match spec {
-            Spec::System => Ok(String::new()),
-            Spec::Path(p) => {
-                let m = std::fs::metadata(p).with_context(|| format!("--nccl {}", p.display()))?;
-                if !m.is_file() {
-                    bail!("--nccl {} is not a file (give the path of a libnccl.so)", p.display());
-                }
-                Ok(std::path::absolute(p).unwrap_or_else(|_| p.clone()).to_string_lossy().into_owned())
-            }
             Spec::Release(r) => Ok(self.get(*r)?.0.lib.to_string_lossy().into_owned()),
+            other => resolve_given(other),
         }
     }
 
@@ -411,6 +404,21 @@ impl Fetcher {
             }
         }
         Ok(release::distinct(all.into_iter().filter(|r| *r >= from && *r <= to).collect()))
+    }
+}
+
+/// A `--nccl` value that needs no index: `system` ("") or a library's path (absolute).
+pub fn resolve_given(spec: &Spec) -> Result<String> {
+    match spec {
+        Spec::System => Ok(String::new()),
+        Spec::Path(p) => {
+            let m = std::fs::metadata(p).with_context(|| format!("--nccl {}", p.display()))?;
+            if !m.is_file() {
+                bail!("--nccl {} is not a file (give the path of a libnccl.so)", p.display());
+            }
+            Ok(std::path::absolute(p).unwrap_or_else(|_| p.clone()).to_string_lossy().into_owned())
+        }
+        Spec::Release(r) => bail!("NCCL {r} is resolved through the index or the cache"),
     }
 }
 
