@@ -14,6 +14,7 @@ pub mod lint;
 pub mod log;
 pub mod model;
 pub mod os;
+pub mod nccl;
 pub(crate) mod output;
 pub mod pipeline;
 pub mod repro;
