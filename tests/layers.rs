@@ -114,11 +114,26 @@ fn edges() -> BTreeMap<(String, String), BTreeSet<String>> {
     out
 }
 
+/// Edges that still go against the layers, each to be removed by moving its types down (the result
+/// models of env and repro into model/, stack frames into model/, the marker protocol into sys/).
+/// The test fails on any other such edge, and on one listed here that is gone (shrink the list).
+const NOT_YET: &[(&str, &str)] =
+    &[("flight", "repro"), ("output", "env"), ("output", "repro"), ("worker", "repro"), ("repro", "cli")];
+
 #[test]
 fn every_edge_goes_down_the_documented_layers() {
     let layer = layers();
     let mut wrong = Vec::new();
-    for ((from, to), files) in edges() {
+    let all = edges();
+    for (from, to) in NOT_YET {
+        if !all.contains_key(&(from.to_string(), to.to_string())) {
+            wrong.push(format!("{from} -> {to} no longer exists: remove it from NOT_YET"));
+        }
+    }
+    for ((from, to), files) in all {
+        if NOT_YET.contains(&(from.as_str(), to.as_str())) {
+            continue;
+        }
         let where_ = files.into_iter().collect::<Vec<_>>().join(", ");
         match (layer.get(&from), layer.get(&to)) {
             (None, _) => wrong.push(format!("src/{from} is in no layer of docs/architecture.md ({where_})")),
