@@ -171,7 +171,7 @@ impl Cache {
         for d in rd.flatten() {
             let name = d.file_name().to_string_lossy().into_owned();
             let Some(rest) = name.strip_prefix(TMP_PREFIX) else { continue };
-            let pid = rest.rsplitn(3, '-').nth(1).and_then(|p| p.parse::<i32>().ok());
+            let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<i32>().ok());
             let alive = pid.is_some_and(|p| p > 0 && std::path::Path::new(&format!("/proc/{p}")).exists());
             if !alive && std::fs::remove_dir_all(d.path()).is_ok() {
                 gone.push(d.path());

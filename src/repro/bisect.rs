@@ -395,7 +395,6 @@ pub fn run(
         Ok(Some(state))
     };
     let answer = search(labels.len(), &mut probe)?;
-    drop(probe);
     bar.finish_and_clear();
     if super::interrupt::count() > 0 {
         run.status = RunStatus::Interrupted;
