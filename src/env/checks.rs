@@ -315,8 +315,10 @@ fn shm(r: &EnvReport, out: &mut Vec<Check>) {
     }
 
     // /dev/shm leftovers.
-    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
-    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
+    let nccl_files: Vec<_> =
+        r.shm.files.iter().filter(|f| crate::sys::names::is_nccl_shm(file_name(&f.path))).collect();
+    let torch_files: Vec<_> =
+        r.shm.files.iter().filter(|f| crate::sys::names::is_torch_shm(file_name(&f.path))).collect();
     let count = |v: &[&super::shm::ShmFile], s: ShmState| v.iter().filter(|f| f.state == s).count();
     let (stale, in_use, unknown) = (
         count(&nccl_files, ShmState::Stale),

@@ -1,9 +1,9 @@
-//! GPUs through the CUDA driver API (crate::cuda, libcuda loaded at run time). Without a driver
+//! GPUs through the CUDA driver API (crate::sys::cuda, libcuda loaded at run time). Without a driver
 //! this says so and returns; it never panics (cudarc panics when asked for a library it cannot load).
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use serde::Serialize;
 
-use crate::cuda as cu;
+use crate::sys::cuda as cu;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Gpu {
@@ -42,9 +42,7 @@ pub struct GpuInfo {
 }
 
 pub fn probe() -> GpuInfo {
-    let driver_version = std::fs::read_to_string("/proc/driver/nvidia/version")
-        .ok()
-        .and_then(|t| super::procs::parse_nvidia_driver_version(&t));
+    let driver_version = crate::sys::procs::nvidia_driver_version();
     let mut info = GpuInfo {
         status: GpuStatus::NoDriver,
         detail: None,

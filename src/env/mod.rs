@@ -32,7 +32,6 @@ pub mod clean;
 pub mod elf;
 pub mod gpu;
 pub mod libs;
-pub mod procs;
 pub mod python;
 pub mod shm;
 pub mod vars;
@@ -42,7 +41,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use procs::{Holder, ProcScan};
+use crate::sys::procs::{self, Holder, ProcScan};
 
 pub const ENV_SCHEMA_VERSION: u32 = 1;
 
@@ -133,7 +132,7 @@ impl Sources {
     pub fn system(python_timeout: Duration) -> Sources {
         Sources {
             proc_root: "/proc".into(),
-            shm_dir: "/dev/shm".into(),
+            shm_dir: crate::sys::SHM_DIR.into(),
             etc: "/etc".into(),
             python_timeout,
             probe_gpu: true,
@@ -188,7 +187,7 @@ pub fn collect(src: &Sources) -> EnvReport {
         .map(|t| procs::parse_net_unix(&t))
         .unwrap_or_default()
         .into_iter()
-        .filter(|s| s.path.as_deref().is_some_and(crate::os::is_nccl_socket))
+        .filter(|s| s.path.as_deref().is_some_and(crate::sys::names::is_nccl_socket))
         .map(|s| SocketInfo {
             path: s.path.clone().unwrap_or_default(),
             inode: s.inode,
@@ -262,7 +261,7 @@ fn collect_host(src: &Sources, getenv: &dyn Fn(&str) -> Option<String>) -> Host 
     // SAFETY: sysconf has no preconditions.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     Host {
-        hostname: read(p.join("sys/kernel/hostname")).map(|s| s.trim().to_string()),
+        hostname: crate::sys::hostname(),
         os: read(src.etc.join("os-release")).and_then(|t| procs::parse_os_release(&t)),
         kernel: read(p.join("sys/kernel/osrelease")).map(|s| s.trim().to_string()),
         arch: std::env::consts::ARCH.to_string(),

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::procs::{self, Holder, ProcScan};
+use crate::sys::procs::{self, Holder, ProcScan};
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ShmFile {
@@ -206,7 +206,7 @@ pub fn collect(dir: &Path, mounts: &[procs::Mount], scan: &ProcScan) -> ShmInfo 
         info.size_bytes = Some(size);
         info.free_bytes = Some(free);
     }
-    match list(dir, scan, |n| crate::os::is_nccl_shm(n) || crate::os::is_torch_shm(n)) {
+    match list(dir, scan, |n| crate::sys::names::is_nccl_shm(n) || crate::sys::names::is_torch_shm(n)) {
         Ok(f) => info.files = f,
         Err(e) => info.error = Some(format!("cannot list {}: {e}", dir.display())),
     }

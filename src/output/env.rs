@@ -49,7 +49,7 @@ fn lib_version(l: &crate::env::libs::LibFile) -> String {
     }
 }
 
-fn holders(h: &[crate::env::procs::Holder]) -> String {
+fn holders(h: &[crate::sys::procs::Holder]) -> String {
     if h.is_empty() {
         "-".into()
     } else {
@@ -451,14 +451,12 @@ pub(crate) fn markdown(r: &EnvReport, level: usize, md: &mut Md) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::{
-        gpu, libs, procs, python, shm, vars, Container, GpuProcess, Host, Limits, ScanSummary, SocketInfo,
-    };
+    use crate::env::{gpu, libs, python, shm, vars, Container, GpuProcess, Host, Limits, ScanSummary, SocketInfo};
 
     /// A fixed machine: two H200s, one NCCL in a user's site-packages, a stale shm file, a job's
     /// socket, NCCL_DEBUG unset.
     fn machine() -> EnvReport {
-        let holder = procs::Holder { pid: 4242, comm: "python3".into() };
+        let holder = crate::sys::procs::Holder { pid: 4242, comm: "python3".into() };
         let lib = libs::LibFile {
             path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
             real_path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
