@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub use crate::model::env::{Holder, SysvSegment};
+
 /// One line of /proc/net/unix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnixSocket {
@@ -47,21 +49,6 @@ pub fn parse_net_unix(text: &str) -> Vec<UnixSocket> {
         out.push(UnixSocket { inode, path, kind, state });
     }
     out
-}
-
-/// One SysV shared-memory segment from /proc/sysvipc/shm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SysvSegment {
-    pub key: i64,
-    pub shmid: u64,
-    /// As the kernel prints it (octal).
-    pub perms: String,
-    pub size: u64,
-    pub cpid: i32,
-    pub nattch: u64,
-    pub uid: u64,
-    /// Filled in by the caller: is the creator pid alive in our pid namespace?
-    pub creator_alive: Option<bool>,
 }
 
 /// /proc/sysvipc/shm, by header names so that a kernel with extra columns still parses.
@@ -315,13 +302,6 @@ pub fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>
             _ => None,
         })
         .collect())
-}
-
-/// A live process that holds something we asked about.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Holder {
-    pub pid: i32,
-    pub comm: String,
 }
 
 /// What one pass over /proc/*/fd and /proc/*/maps saw.
