@@ -12,6 +12,7 @@ pub mod flight;
 pub mod lint;
 pub mod log;
 pub mod model;
+pub mod nccl;
 pub(crate) mod output;
 pub mod pipeline;
 pub mod repro;

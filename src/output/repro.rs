@@ -201,6 +201,7 @@ fn notes(run: &Run, dir: &Path) -> Vec<String> {
             v.push(format!("cell {}: explain failed: {e}", c.index));
         }
     }
+    v.extend(crate::repro::nccl_axis::newer_nccl_hint(run));
     v
 }
 
@@ -223,6 +224,12 @@ pub fn text(run: &Run, dir: &Path) -> String {
         let _ = writeln!(s, "\nWhere each rule and outcome was seen:");
         for w in &run.where_fired {
             let _ = writeln!(s, "  {}", site_line(w));
+        }
+    }
+    if let Some(b) = &run.bisect {
+        let _ = writeln!(s);
+        for l in crate::repro::bisect::lines(b) {
+            let _ = writeln!(s, "{l}");
         }
     }
     let n = notes(run, dir);
@@ -273,6 +280,13 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
             let _ = writeln!(s, "- {}", md.text(&site_line(w)));
         }
         s.push('\n');
+    }
+    if let Some(b) = &run.bisect {
+        s.push_str(&heading(level + 1, "Bisection"));
+        let _ = writeln!(s, "\n{}", md.block(&crate::repro::bisect::lines(b)));
+    }
+    if let Some(h) = crate::repro::nccl_axis::newer_nccl_hint(run) {
+        let _ = writeln!(s, "Note: {}\n", md.text(&h));
     }
     s.push_str(&heading(level + 1, "Cells"));
     s.push('\n');

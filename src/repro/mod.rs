@@ -5,12 +5,14 @@
 //! `EPDOCTOR_WORKER_CMD` names a program started instead of `epdoctor worker` (stand-in ranks),
 //! `EPDOCTOR_SHM_DIR` replaces /dev/shm when looking for leftover NCCL files.
 
+pub mod bisect;
 pub mod cell;
 pub mod compare;
 pub mod interrupt;
 pub mod launch;
 pub mod leftovers;
 pub mod matrix;
+pub mod nccl_axis;
 pub mod result;
 pub mod slurm;
 pub mod stacks;
@@ -70,6 +72,14 @@ pub struct Config {
     /// Environment axes, `NAME=v1,v2`.
     pub env: Vec<String>,
     pub nccl_lib: Vec<PathBuf>,
+    /// `--nccl`: releases, `system` or paths, resolved through src/nccl/ (nccl_axis.rs).
+    pub nccl: Vec<String>,
+    /// `--cuda`, `--offline`: how releases are resolved.
+    pub cuda: Option<u32>,
+    pub offline: bool,
+    /// `--bisect-nccl FROM..TO --finding X` (bisect.rs).
+    pub bisect_nccl: Option<String>,
+    pub finding: Option<String>,
     pub repeat: usize,
     pub timeout: f64,
     pub grace: f64,
@@ -127,8 +137,19 @@ impl Finished {
 pub fn run(args: &Config) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
+    // NCCL releases by version (fetched or from the cache) become library paths first.
+    let resolved = nccl_axis::resolve(args, &mut problems)?;
+    let args = &resolved.config;
     let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
     let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    if let (Some(b), Some(e)) = (&resolved.bisect, &engine) {
+        if !b.finding.starts_with("outcome:") && !e.rules.iter().any(|r| r.def.id == b.finding) {
+            problems.push(format!(
+                "--finding {}: no rule has that id (`epdoctor rules list`); outcomes are hang, failed, leftovers",
+                b.finding
+            ));
+        }
+    }
     let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
     // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
     if let (Some(Workload::Builtin { .. }), None, false) = (
@@ -137,7 +158,7 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
         args.launch.launcher == LauncherKind::Slurm,
     ) {
         // The worker would fail the same way in every cell: say it once, before running anything.
-        let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
+        let need_nccl = resolved.uses_loader && crate::worker::libs::find_runtime_nccl().is_none();
         if let Err(e) = crate::worker::libs::check_present(need_nccl) {
             problems.push(format!("{e:#}"));
         }
@@ -149,7 +170,10 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
     // A run folder that cannot be made where the user asked is theirs to fix; any failure after
     // it exists is the harness's (exit 5).
     let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
-    run_cells(args, plan, &engine, launcher, dir).harness()
+    match resolved.bisect {
+        Some(setup) => bisect::run(args, plan, &engine, launcher, dir, setup).harness(),
+        None => run_cells(args, plan, &engine, launcher, dir).harness(),
+    }
 }
 
 fn run_cells(
@@ -407,6 +431,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
         effects: Vec::new(),
         where_fired: Vec::new(),
         lint,
+        bisect: None,
     }
 }
 
