@@ -382,8 +382,9 @@ pub enum NcclCommand {
     },
     /// Print the cached libnccl.so.2 of a release (fetched first unless --offline), e.g. for LD_PRELOAD.
     Path {
-        #[arg(value_name = "VERSION")]
-        version: String,
+        // Not `version`: clap's propagated --version would clash with an argument of that id.
+        #[arg(id = "release", value_name = "VERSION")]
+        release: String,
         #[command(flatten)]
         opts: NcclOpts,
     },

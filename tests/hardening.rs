@@ -98,9 +98,11 @@ fn zero_bytes_in_every_form() {
     let zst = dir.path().join("empty.zst");
     std::fs::write(&zst, zstd::encode_all(&b""[..], 3).unwrap()).unwrap();
     for p in [&empty, &gz, &zst] {
+        // Nothing read is never `clean`: unknown, saying so.
         let o = explain_json(&[p]);
-        assert_eq!((o.code, o.json()["verdict"].as_str().unwrap()), (0, "clean"), "{}: {}", p.display(), o.stderr);
+        assert_eq!((o.code, o.json()["verdict"].as_str().unwrap()), (3, "unknown"), "{}: {}", p.display(), o.stderr);
         assert_eq!(o.json()["inputs"][0]["lines"], 0);
+        assert!(o.json()["unread"].to_string().contains("nothing was read"), "{}", o.stdout);
     }
     // A folder of empty files, and an empty stdin, in every format.
     let folder = dir.path().join("ranks");
@@ -110,7 +112,7 @@ fn zero_bytes_in_every_form() {
     }
     assert_eq!(explain_json(&[&folder]).json()["inputs"].as_array().unwrap().len(), 4);
     for format in ["text", "md", "json"] {
-        epdoctor().args(["explain", "--format", format]).write_stdin("").assert().code(0);
+        epdoctor().args(["explain", "--format", format]).write_stdin("").assert().code(3);
     }
 }
 
@@ -230,8 +232,10 @@ fn nul_bytes_are_dropped_not_trusted() {
     let sparse = dir.path().join("sparse.log");
     std::fs::File::create(&sparse).unwrap().set_len(64 << 20).unwrap();
     let o = explain_json(&[&sparse]);
-    assert_eq!((o.code, o.json()["verdict"].as_str().unwrap()), (0, "clean"));
+    // NUL bytes only: read, but not text, so never `clean`.
+    assert_eq!((o.code, o.json()["verdict"].as_str().unwrap()), (3, "unknown"));
     assert!(o.stdout.contains("longer than 1 MiB were cut"));
+    assert!(o.json()["unread"].to_string().contains("does not look like text"), "{}", o.stdout);
 }
 
 #[test]
@@ -383,7 +387,9 @@ fn endless_stdin(line: &'static [u8], max_bytes: &str) -> (i32, serde_json::Valu
 #[test]
 fn endless_stdin_stops_at_max_bytes() {
     let (code, v, sent) = endless_stdin(b"host:1:2 [0] NCCL INFO chatter\n", "300000");
-    assert_eq!(code, 0);
+    // What was not read may hold the failure: unknown.
+    assert_eq!(code, 3);
+    assert_eq!(v["verdict"], "unknown");
     assert!(sent >= 300_000);
     let bytes = v["inputs"][0]["bytes"].as_u64().unwrap();
     assert!(bytes <= 300_000, "read {bytes} bytes past --max-bytes 300000");
@@ -394,7 +400,7 @@ fn endless_stdin_stops_at_max_bytes() {
 fn endless_stdin_without_newlines_stops_at_max_bytes() {
     // One line that never ends: the limit must hold inside a line too.
     let (code, v, _) = endless_stdin(b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "5000000");
-    assert_eq!(code, 0);
+    assert_eq!(code, 3);
     assert!(v["inputs"][0]["bytes"].as_u64().unwrap() <= 5_000_000, "{v}");
     assert!(v["notes"].to_string().contains("--max-bytes"), "{v}");
 }
@@ -409,7 +415,7 @@ fn dev_zero_stops_at_max_bytes() {
         "3000000".as_ref(),
         "/dev/zero".as_ref(),
     ]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.code, 3, "{}", o.stderr);
     assert!(o.json()["inputs"][0]["bytes"].as_u64().unwrap() <= 3_000_000);
 }
 

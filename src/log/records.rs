@@ -49,6 +49,9 @@ pub struct Flags {
     pub continuation: bool,
     /// The record was cut before its exception or signal line.
     pub incomplete: bool,
+    /// A traceback whose outermost frame is the script's top level (`in <module>`): nothing
+    /// caught the exception, so it ended the process (an outcome marker).
+    pub uncaught: bool,
 }
 
 /// Prefix facts of a line, owned (a record outlives the reader's buffer).
@@ -127,6 +130,9 @@ struct Open {
     payload_next: bool,
     /// A complete-looking c10 line that may go on in the next physical line (a paste wrapped it).
     soft: bool,
+    /// In the current traceback: whether a frame was read yet, and whether the first was `<module>`.
+    framed: bool,
+    from_module: bool,
 }
 
 impl Open {
@@ -143,6 +149,8 @@ impl Open {
             ignored: false,
             payload_next: false,
             soft: false,
+            framed: false,
+            from_module: false,
         }
     }
 
@@ -401,12 +409,17 @@ fn continue_traceback(o: &mut Open, line: u64, raw: &str, p: &Prefixed<'_>) -> b
     }
     if msg.starts_with("Traceback (most recent call last)") {
         o.stage = Stage::Frames;
+        o.framed = false;
         o.push(line, raw, p, Role::Context, msg.to_string(), Flags::default());
         return true;
     }
     match o.stage {
         Stage::Frames => {
             if msg.starts_with("File \"") {
+                if !o.framed {
+                    o.framed = true;
+                    o.from_module = msg.trim_end().ends_with(", in <module>");
+                }
                 o.innermost = Some(msg.to_string());
                 o.push(line, raw, p, Role::Context, msg.to_string(), Flags::default());
                 return true;
@@ -419,7 +432,8 @@ fn continue_traceback(o: &mut Open, line: u64, raw: &str, p: &Prefixed<'_>) -> b
             if is_exception_line(msg) {
                 let chained = o.chained_next || o.head.is_some();
                 o.chained_next = false;
-                let flags = Flags { chained, ignored: o.ignored, ..Flags::default() };
+                let uncaught = o.from_module && !o.ignored;
+                let flags = Flags { chained, ignored: o.ignored, uncaught, ..Flags::default() };
                 o.push(line, raw, p, Role::Match, msg.to_string(), flags);
                 if o.head.is_none() {
                     o.head = Some(o.parts.len() - 1);

@@ -78,7 +78,8 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
     let mut actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
     // A generic banner (wrapper level 2: std::terminate, a launcher's exception summary, a crash
     // banner) is the primary only when nothing else is actionable, its own wrapped cause included.
-    if actionable.iter().any(|&i| findings[i].wrapper < 2) {
+    let cause = |i: usize| findings[i].wrapper < 2 && findings[i].finding.severity >= Severity::Error;
+    if actionable.iter().any(|&i| cause(i)) {
         actionable.retain(|&i| findings[i].wrapper < 2);
     }
     if let Some(i) = pick(&mut actionable.iter().copied().filter(|&i| findings[i].lead)) {

@@ -266,7 +266,7 @@ impl Engine {
         // exception, is listed if no rule explains it.
         let error_like =
             l.flags.incomplete || (level == Level::None && !l.flags.continuation && log::looks_like_error(line));
-        if matches.is_empty() && level < Level::Attn && !error_like {
+        if matches.is_empty() && level < Level::Attn && !error_like && !l.flags.uncaught {
             return;
         }
         let rec = log::parse(warn_text.unwrap_or(line), l.rank);
@@ -275,7 +275,11 @@ impl Engine {
                 src.ranks.insert(r);
             }
         }
-        let (mut cands, outcome, resolves) = self.slot_hits(st, src, line, &rec, matches);
+        let (mut cands, mut outcome, resolves) = self.slot_hits(st, src, line, &rec, matches);
+        // An exception no frame caught ended its process: a failure marker of the run.
+        if l.flags.uncaught && outcome.is_none() {
+            outcome = Some(Outcome::Failed);
+        }
         for r in resolves {
             st.add_resolved(
                 r,
