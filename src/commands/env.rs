@@ -38,7 +38,7 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
     let text = match args.format {
         Format::Json => output::json(&n),
         Format::Text | Format::Md => {
-            let mut l = n.leftovers.lines();
+            let mut l = crate::repro::leftovers::lines(&n.leftovers);
             if l.is_empty() {
                 l.push(format!("nothing of cell {cell} on {}", n.node));
             }

@@ -2,8 +2,8 @@
 use anyhow::Result;
 
 use crate::cli::{Format, ReproArgs};
+use crate::model::run::{CELLS_FILE, REPORT_FILE};
 use crate::output::repro as writer;
-use crate::repro::result::{CELLS_FILE, REPORT_FILE};
 
 pub fn run(args: &ReproArgs) -> Result<u8> {
     let done = crate::repro::run(&args.config())?;

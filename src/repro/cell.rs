@@ -15,10 +15,10 @@ use super::launch::{self, Interrupts, Limits, Spec};
 use super::leftovers::{self, Leftovers, Membership};
 use super::markers::{self, RankMarkers};
 use super::matrix::{CellPlan, Plan, Workload};
-use super::result::{AxisKind, Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
 use super::slurm::Stops;
 use super::stacks;
 use super::CELL_ENV;
+use crate::model::run::{AxisKind, Cell, CellLaunch, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
 use crate::rules::Engine;
 
 /// How long exiting processes get before they count as left behind.
@@ -150,7 +150,7 @@ pub fn run_cell(
             lines.push(format!("{} rank={} last phase={p}", launch::HARNESS_PREFIX, h.rank));
         }
     }
-    lines.extend(left.lines());
+    lines.extend(leftovers::lines(&left));
     let mut f = std::fs::File::options()
         .create_new(true)
         .write(true)
@@ -226,9 +226,7 @@ pub fn run_cell(
         }),
         explain_error,
         leftovers: left,
-        step,
-        nodes,
-        rank_errors,
+        launch: CellLaunch { step, nodes, rank_errors },
         stacks,
     })
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
+
+pub use crate::model::run::Outcome;
 
 /// One process to start.
 #[derive(Debug, Clone)]
@@ -43,52 +44,6 @@ fn stop_one(spec: &Spec, pid: i32, sig: Signal) {
     match &spec.stopper {
         Some(s) => (s.0)(pid, sig),
         None => signal_group(pid, sig),
-    }
-}
-
-/// How one process ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
-    pub label: String,
-    pub pid: Option<u32>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub signal_name: Option<String>,
-    /// It was still running at the deadline and got SIGTERM.
-    pub deadline: bool,
-    /// It was still running when epdoctor was interrupted and got SIGTERM.
-    pub interrupted: bool,
-    /// It was still running after the grace period and got SIGKILL.
-    pub sigkill: bool,
-    /// It did not exit even after SIGKILL (stuck in the kernel or driver).
-    pub unkillable: bool,
-    pub launch_error: Option<String>,
-    /// Seconds from the start of the cell to the end of this process.
-    pub end_s: Option<f64>,
-}
-
-impl Outcome {
-    /// `0`, `3`, `SIGKILL`, `deadline/SIGTERM`, ...: what the table shows for this process.
-    pub fn short(&self) -> String {
-        if self.launch_error.is_some() {
-            return "not started".into();
-        }
-        if self.unkillable {
-            return "unkillable".into();
-        }
-        let end = match (self.exit_code, &self.signal_name, self.signal) {
-            (Some(c), _, _) => c.to_string(),
-            (None, Some(n), _) => n.clone(),
-            (None, None, Some(s)) => format!("signal {s}"),
-            _ => "?".into(),
-        };
-        if self.deadline {
-            format!("deadline/{end}")
-        } else if self.interrupted {
-            format!("interrupted/{end}")
-        } else {
-            end
-        }
     }
 }
 

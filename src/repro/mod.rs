@@ -12,7 +12,6 @@ pub mod launch;
 pub mod leftovers;
 pub mod markers;
 pub mod matrix;
-pub mod result;
 pub mod slurm;
 pub mod stacks;
 pub mod torchrun;
@@ -26,11 +25,13 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::Typed;
+use crate::model::run::{
+    self as result, AxisKind, AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE,
+};
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
 use matrix::{Plan, Workload};
-use result::{AxisKind, AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
 
 pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
@@ -281,12 +282,8 @@ fn via(args: &Config, plan: &Plan) -> anyhow::Result<cell::Via> {
 fn launcher_out(l: &cell::Launcher) -> Option<result::LauncherOut> {
     match &l.via {
         cell::Via::Local => None,
-        cell::Via::Slurm(a) => {
-            Some(result::LauncherOut { kind: "slurm".into(), slurm: Some(a.clone()), command: Vec::new() })
-        }
-        cell::Via::Torchrun(t) => Some(result::LauncherOut {
-            kind: "torchrun".into(),
-            slurm: None,
+        cell::Via::Slurm(a) => Some(result::LauncherOut::Slurm { slurm: a.info.clone() }),
+        cell::Via::Torchrun(t) => Some(result::LauncherOut::Torchrun {
             command: std::iter::once("torchrun".to_string())
                 .chain(
                     torchrun::agent_args(t, Path::new("<cell>"), l.ranks_flag)

@@ -17,30 +17,23 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 
-use super::launch::{self, Execution, Interrupts, Limits, Outcome, Spec, Stopper};
-use super::leftovers::{LeftoverProcess, Leftovers};
+use super::launch::{self, Execution, Interrupts, Limits, Spec, Stopper};
 use super::LaunchConfig;
+use crate::model::run::{LeftoverProcess, Leftovers, NodeLeftovers, Outcome, SlurmAllocation};
 
 /// srun's own messages (its stderr), under the cell folder; not a rank's log.
 pub const SRUN_LOG: &str = "slurm/srun.log";
 const PROBE_LOG: &str = "slurm/probe.log";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The allocation the cells run in; what cells.json records as the run's launcher.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// The allocation the cells run in (`info`: what cells.json records of it); an allocation
+/// epdoctor asked for is given back when this is dropped.
+#[derive(Debug)]
 pub struct Allocation {
-    pub job_id: String,
-    /// epdoctor asked salloc for it and cancels it at the end.
-    #[serde(rename = "allocated_by_epdoctor")]
-    pub owned: bool,
-    pub nodes: Vec<String>,
-    #[serde(skip)]
+    pub info: SlurmAllocation,
     geometry: Vec<String>,
-    #[serde(skip)]
     srun_args: Vec<String>,
-    #[serde(skip)]
     exe: PathBuf,
 }
 
@@ -70,17 +63,18 @@ impl Allocation {
             Ok(j) if !j.trim().is_empty() => (j.trim().to_string(), false),
             _ => (salloc(l, &geometry)?, true),
         };
-        let mut a = Allocation { job_id, owned, nodes: Vec::new(), geometry, srun_args: l.srun_args.clone(), exe };
+        let info = SlurmAllocation { job_id, owned, nodes: Vec::new() };
+        let mut a = Allocation { info, geometry, srun_args: l.srun_args.clone(), exe };
         // From here on, Drop gives an owned allocation back whatever happens.
-        a.nodes = a.node_list()?;
+        a.info.nodes = a.node_list()?;
         Ok(a)
     }
 
     fn node_list(&self) -> anyhow::Result<Vec<String>> {
-        let list = output(Command::new("squeue").args(["--noheader", "--jobs", &self.job_id, "--format", "%N"]))?;
+        let list = output(Command::new("squeue").args(["--noheader", "--jobs", &self.info.job_id, "--format", "%N"]))?;
         let list = list.trim();
         if list.is_empty() {
-            bail!("squeue lists no nodes for job {} (is it running?)", self.job_id);
+            bail!("squeue lists no nodes for job {} (is it running?)", self.info.job_id);
         }
         let names = output(Command::new("scontrol").args(["show", "hostnames", list]))?;
         Ok(names.split_whitespace().map(String::from).collect())
@@ -102,7 +96,7 @@ impl Allocation {
         std::fs::create_dir_all(cell_dir.join("slurm"))?;
         let tag = cell_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut a: Vec<OsString> = vec![
-            format!("--jobid={}", self.job_id).into(),
+            format!("--jobid={}", self.info.job_id).into(),
             format!("--job-name=epdoctor-{tag}").into(),
             "--verbose".into(),
             "--kill-on-bad-exit=1".into(),
@@ -169,10 +163,10 @@ impl Allocation {
     /// processes carrying the cell's tag, its NCCL sockets and the /dev/shm files since `since`.
     pub fn probe(&self, cell_dir: &Path, tag: &str, since: f64) -> (Leftovers, Vec<String>) {
         let mut lines = Vec::new();
-        let n = self.nodes.len().max(1);
+        let n = self.info.nodes.len().max(1);
         let dir = cell_dir.to_string_lossy();
         let args: Vec<OsString> = [
-            format!("--jobid={}", self.job_id),
+            format!("--jobid={}", self.info.job_id),
             "--job-name=epdoctor-leftovers".into(),
             format!("--nodes={n}"),
             "--ntasks-per-node=1".into(),
@@ -257,19 +251,10 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if self.owned && !self.job_id.is_empty() {
-            let _ = Command::new("scancel").arg(&self.job_id).stdin(Stdio::null()).output();
+        if self.info.owned && !self.info.job_id.is_empty() {
+            let _ = Command::new("scancel").arg(&self.info.job_id).stdin(Stdio::null()).output();
         }
     }
-}
-
-/// What one node's probe prints (`epdoctor env --leftovers --format json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeLeftovers {
-    pub node: String,
-    pub cell: String,
-    #[serde(flatten)]
-    pub leftovers: Leftovers,
 }
 
 fn salloc(l: &LaunchConfig, geometry: &[String]) -> anyhow::Result<String> {

@@ -8,10 +8,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use regex::Regex;
-use serde::{Deserialize, Serialize};
-
 use super::LaunchConfig;
+use crate::model::run::RankError;
+use regex::Regex;
 
 /// The agent's `--log-dir`, under the cell folder.
 pub const LOG_DIR: &str = "torchrun";
@@ -65,21 +64,6 @@ pub fn rank_logs(cell_dir: &Path) -> Vec<RankFile> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
-}
-
-/// A rank's TORCHELASTIC_ERROR_FILE, as written by torchelastic's `record` (or the rank itself).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankError {
-    pub attempt: u32,
-    pub local_rank: usize,
-    /// Relative to the cell folder.
-    pub file: String,
-    /// `RuntimeError: ...`: the exception's type and text.
-    pub message: String,
-    /// Unix seconds, as torchelastic wrote them.
-    pub timestamp: Option<String>,
-    /// The last line of the Python call stack, when there is one.
-    pub where_: Option<String>,
 }
 
 /// Every `attempt_N/<local_rank>/error.json` under `<cell>/torchrun`. A file that is not the
