@@ -117,26 +117,7 @@ pub fn execute(
         start_unix,
         pgids: Vec::new(),
     };
-    let mut procs: Vec<Running> = Vec::new();
-    let mut launch_failed = false;
-    for (i, spec) in specs.iter().enumerate() {
-        match spawn(spec) {
-            Ok(child) => {
-                let pid = child.id() as i32;
-                ex.outcomes[i].pid = Some(child.id());
-                ex.pgids.push(pid);
-                procs.push(Running { child: Some(child), pid });
-            }
-            Err(e) => {
-                let msg = format!("{:#}", e);
-                ex.lines.push(format!("{HARNESS_PREFIX} rank={} launch failed: {msg}", spec.label));
-                ex.outcomes[i].launch_error = Some(msg);
-                procs.push(Running { child: None, pid: 0 });
-                launch_failed = true;
-            }
-        }
-    }
-
+    let (mut procs, launch_failed) = spawn_all(specs, &mut ex);
     let deadline = start + limits.timeout;
     let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
@@ -151,21 +132,7 @@ pub fn execute(
         kill_at = Some(Instant::now());
     }
     loop {
-        for (i, p) in procs.iter_mut().enumerate() {
-            let Some(child) = p.child.as_mut() else { continue };
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let o = &mut ex.outcomes[i];
-                    o.exit_code = status.code();
-                    o.signal = status.signal();
-                    o.signal_name = status.signal().map(signal_name);
-                    o.end_s = Some(start.elapsed().as_secs_f64());
-                    p.child = None;
-                }
-                Ok(None) => {}
-                Err(_) => p.child = None,
-            }
-        }
+        reap(&mut procs, &mut ex, start);
         let running: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].child.is_some()).collect();
         if running.is_empty() {
             break;
@@ -189,18 +156,7 @@ pub fn execute(
             }
         }
         if term_at.is_none() && now >= deadline {
-            ex.deadline_hit = true;
-            let alive: Vec<(String, i32)> = running.iter().map(|&i| (specs[i].label.clone(), procs[i].pid)).collect();
-            ex.lines.extend(at_deadline(&alive).into_iter().map(|l| format!("{HARNESS_PREFIX} {l}")));
-            for &i in &running {
-                ex.lines.push(format!(
-                    "{HARNESS_PREFIX} rank={} deadline: still running after {}s, sent SIGTERM",
-                    specs[i].label,
-                    secs(limits.timeout)
-                ));
-                ex.outcomes[i].deadline = true;
-                stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
-            }
+            deadline_stop(specs, &procs, &running, limits, at_deadline, &mut ex);
             // The grace period starts at the SIGTERM, after the stacks were taken.
             term_at = Some(Instant::now());
             ex.stop_unix = Some(unix_now());
@@ -229,6 +185,72 @@ pub fn execute(
     }
     ex.wall_s = start.elapsed().as_secs_f64();
     ex
+}
+
+/// Start every spec; a spec that cannot start gets its launch error (and a pid of 0).
+fn spawn_all(specs: &[Spec], ex: &mut Execution) -> (Vec<Running>, bool) {
+    let mut procs: Vec<Running> = Vec::new();
+    let mut launch_failed = false;
+    for (i, spec) in specs.iter().enumerate() {
+        match spawn(spec) {
+            Ok(child) => {
+                let pid = child.id() as i32;
+                ex.outcomes[i].pid = Some(child.id());
+                ex.pgids.push(pid);
+                procs.push(Running { child: Some(child), pid });
+            }
+            Err(e) => {
+                let msg = format!("{:#}", e);
+                ex.lines.push(format!("{HARNESS_PREFIX} rank={} launch failed: {msg}", spec.label));
+                ex.outcomes[i].launch_error = Some(msg);
+                procs.push(Running { child: None, pid: 0 });
+                launch_failed = true;
+            }
+        }
+    }
+    (procs, launch_failed)
+}
+
+/// Note the end of every process that has exited since the last look.
+fn reap(procs: &mut [Running], ex: &mut Execution, start: Instant) {
+    for (i, p) in procs.iter_mut().enumerate() {
+        let Some(child) = p.child.as_mut() else { continue };
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let o = &mut ex.outcomes[i];
+                o.exit_code = status.code();
+                o.signal = status.signal();
+                o.signal_name = status.signal().map(signal_name);
+                o.end_s = Some(start.elapsed().as_secs_f64());
+                p.child = None;
+            }
+            Ok(None) => {}
+            Err(_) => p.child = None,
+        }
+    }
+}
+
+/// At the deadline: `at_deadline` (the stacks) first, then SIGTERM to each process still running.
+fn deadline_stop(
+    specs: &[Spec],
+    procs: &[Running],
+    running: &[usize],
+    limits: &Limits,
+    at_deadline: &mut AtDeadline,
+    ex: &mut Execution,
+) {
+    ex.deadline_hit = true;
+    let alive: Vec<(String, i32)> = running.iter().map(|&i| (specs[i].label.clone(), procs[i].pid)).collect();
+    ex.lines.extend(at_deadline(&alive).into_iter().map(|l| format!("{HARNESS_PREFIX} {l}")));
+    for &i in running {
+        ex.lines.push(format!(
+            "{HARNESS_PREFIX} rank={} deadline: still running after {}s, sent SIGTERM",
+            specs[i].label,
+            secs(limits.timeout)
+        ));
+        ex.outcomes[i].deadline = true;
+        stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
+    }
 }
 
 const POLL: Duration = Duration::from_millis(10);

@@ -27,6 +27,24 @@ pub fn lines(l: &Leftovers) -> Vec<String> {
     l.facts().into_iter().map(|f| format!("{HARNESS_PREFIX} {f}")).collect()
 }
 
+/// How long exiting processes get before they count as left behind.
+const SETTLE: Duration = Duration::from_millis(500);
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// This host's part of what a cell left behind: once its processes had `SETTLE` to exit, the
+/// NCCL sockets those still alive hold and (with `shm`: the snapshot from before the cell and the
+/// folder) the NCCL shm files new since; then the processes are killed and added.
+pub fn collect_here(m: &Membership, shm: Option<(&Before, &Path)>, left: &mut Leftovers) {
+    let mut procs = settle(m, SETTLE);
+    // Sockets are looked at while their holders are still alive.
+    if let Some((before, dir)) = shm {
+        left.shm = new_shm(before, dir);
+    }
+    left.sockets.extend(held_sockets(&procs));
+    kill_all(m, &mut procs, KILL_WAIT);
+    left.processes.extend(procs);
+}
+
 /// Where NCCL's shm files are looked for: /dev/shm, or `EPDOCTOR_SHM_DIR` (a test hook, so tests
 /// do not share /dev/shm with each other or with real jobs).
 pub fn shm_dir() -> PathBuf {

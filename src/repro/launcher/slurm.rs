@@ -18,9 +18,13 @@ use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use regex::Regex;
 
-use super::launch::{self, Execution, Interrupts, Limits, Spec, Stopper};
-use super::LaunchConfig;
-use crate::model::run::{LeftoverProcess, Leftovers, NodeLeftovers, Outcome, SlurmAllocation};
+use super::{CellCtx, Finish, LaunchConfig, Launcher, Ranks};
+use crate::model::run::{
+    CellLaunch, LauncherOut, LeftoverProcess, Leftovers, NodeLeftovers, Outcome, Process, SlurmAllocation,
+};
+use crate::repro::launch::{self, Execution, Interrupts, Limits, Spec, Stopper};
+use crate::repro::leftovers::{self as lo, Membership};
+use crate::repro::CELL_ENV;
 
 /// srun's own messages (its stderr), under the cell folder; not a rank's log.
 pub const SRUN_LOG: &str = "slurm/srun.log";
@@ -35,6 +39,72 @@ pub struct Allocation {
     geometry: Vec<String>,
     srun_args: Vec<String>,
     exe: PathBuf,
+}
+
+/// Each cell one job step of one allocation.
+pub struct Slurm {
+    alloc: Allocation,
+    /// What the current cell's stopper did (cells run one at a time).
+    stops: Arc<Mutex<Stops>>,
+}
+
+impl Slurm {
+    pub fn new(alloc: Allocation) -> Slurm {
+        Slurm { alloc, stops: Arc::default() }
+    }
+
+    fn take_stops(&self) -> Stops {
+        std::mem::take(&mut *self.stops.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Launcher for Slurm {
+    fn describe(&self) -> Option<LauncherOut> {
+        Some(LauncherOut::Slurm { slurm: self.alloc.info.clone() })
+    }
+
+    /// One step: srun starts the same program once per task (the worker reads its place from
+    /// Slurm's variables); the deadline and interrupts go through scancel.
+    fn start(&self, cell: &CellCtx) -> anyhow::Result<Vec<Spec>> {
+        self.take_stops();
+        let (program, args, env) = cell.work.one_program(cell.dir);
+        Ok(vec![self.alloc.step_spec(cell.dir, &program, &args, env, self.stops.clone())?])
+    }
+
+    /// Here only srun's own group: the tasks are found on their nodes by their tag.
+    fn membership(&self, _cell: &CellCtx, pgids: Vec<i32>) -> Membership {
+        Membership { pgids, env: None }
+    }
+
+    /// Every node's probe, then what srun left on this host.
+    fn leftovers(&self, cell: &CellCtx, ex: &Execution) -> (Leftovers, Vec<String>) {
+        let (mut left, lines) = self.alloc.probe(cell.dir, &cell.tag, ex.start_unix);
+        lo::collect_here(&self.membership(cell, ex.pgids.clone()), None, &mut left);
+        (left, lines)
+    }
+
+    /// Each task from srun's report, then srun itself: a step whose srun failed is not ok even if
+    /// every task was.
+    fn finish(&self, cell: &CellCtx, _specs: &[Spec], ex: &Execution) -> Finish {
+        let stops = self.take_stops();
+        let (step, nodes) = Allocation::step_of(cell.dir);
+        let processes = self
+            .alloc
+            .task_outcomes(cell.dir, ex, &stops)
+            .into_iter()
+            .map(|(outcome, log, node)| Process { outcome, log, node })
+            .collect();
+        Finish {
+            processes,
+            launch: CellLaunch { step, nodes, ..Default::default() },
+            stop_lines: stops.lines,
+            notes: Vec::new(),
+        }
+    }
+
+    fn ranks(&self) -> Ranks {
+        Ranks::Tasks { launcher: "srun" }
+    }
 }
 
 /// What the stopper did to the step, for the per-task outcome: which tasks had ended when.
@@ -194,7 +264,7 @@ impl Allocation {
         ])
         .collect();
         // The probe itself must not carry the cell's tag.
-        let env = BTreeMap::from([(super::CELL_ENV.to_string(), None)]);
+        let env = BTreeMap::from([(CELL_ENV.to_string(), None)]);
         let spec = Spec {
             label: "leftovers-probe".into(),
             program: "srun".into(),
@@ -404,8 +474,7 @@ fn task_list(s: &str) -> Vec<usize> {
 /// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the
 /// NCCL sockets they hold, the NCCL /dev/shm files modified since `since`.
 pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
-    use super::leftovers as lo;
-    let m = lo::Membership { pgids: Vec::new(), env: Some((super::CELL_ENV.into(), cell.into())) };
+    let m = Membership { pgids: Vec::new(), env: Some((CELL_ENV.into(), cell.into())) };
     // Longer than the local settle: the step's processes on this node get scancel's signal through
     // slurmstepd, a moment after srun has already returned.
     let mut procs: Vec<LeftoverProcess> = lo::settle(&m, Duration::from_secs(2));
