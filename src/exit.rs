@@ -77,7 +77,7 @@ pub fn of_clean(failed: usize) -> u8 {
 /// A failed command (README, "Exit codes").
 pub fn of_error(e: &anyhow::Error) -> u8 {
     match crate::error::kind_of(e) {
-        Some(Error::Usage(_) | Error::Input(_) | Error::Rules(_) | Error::MissingLibrary(_)) => ERROR,
+        Some(Error::Usage(_) | Error::Input(_) | Error::Rules(_) | Error::MissingLibrary(_) | Error::Fetch(_)) => ERROR,
         Some(Error::Harness(_)) => HARNESS,
         // Not caused by what the user gave (a bug, a full disk): still "could not do it".
         None => ERROR,

@@ -13,6 +13,7 @@ pub mod flight;
 pub mod lint;
 pub mod log;
 pub mod model;
+pub mod nccl;
 pub mod os;
 pub(crate) mod output;
 pub mod pipeline;

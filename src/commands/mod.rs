@@ -6,6 +6,7 @@ pub mod explain;
 pub mod kernels;
 pub mod lint;
 pub mod man;
+pub mod nccl;
 pub mod report;
 pub mod repro;
 pub mod rules;
@@ -36,6 +37,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Rules(cmd) => rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
         Command::Kernels(args) => kernels::kernels(&args),
+        Command::Nccl(cmd) => nccl::run(cmd),
         Command::Worker(args) => kernels::worker(&args),
         Command::Completions { shell } => man::completions(shell),
         Command::Man { dir } => man::run(dir.as_deref()),
@@ -59,6 +61,7 @@ mod tests {
             Some(Error::Rules(_)) => "rules",
             Some(Error::MissingLibrary(_)) => "library",
             Some(Error::Harness(_)) => "harness",
+            Some(Error::Fetch(_)) => "fetch",
             None => "untyped",
         }
     }

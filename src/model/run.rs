@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::version::{boundary, Version};
 use super::{Finding, Severity, Verdict};
 
 pub mod stack;
@@ -59,6 +60,9 @@ pub struct Run {
     /// What `lint` finds in the command's Python scripts, before any cell runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lint: Vec<Finding>,
+    /// `--bisect-nccl`: the releases probed and the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<BisectOut>,
 }
 
 impl Run {
@@ -584,6 +588,90 @@ fn num(x: f64) -> String {
         format!("{x:.1}")
     }
 }
+
+/// What cells.json keeps of the bisection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BisectOut {
+    pub finding: String,
+    pub range: String,
+    /// Every release of the range, in order.
+    pub releases: Vec<String>,
+    pub probes: Vec<ProbeOut>,
+    pub max_probes: usize,
+    /// The answer in words, once the search ended.
+    pub answer: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeOut {
+    pub release: String,
+    /// `seen`, `absent` or `inconclusive`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The cells (their indexes in the run) this release ran.
+    pub cells: Vec<usize>,
+}
+
+/// Text lines of the bisection for the summaries (text and report.md).
+pub fn bisect_lines(o: &BisectOut) -> Vec<String> {
+    let mut v = vec![format!(
+        "Bisection of `{}` over NCCL {} ({} releases: {}; at most {} probed):",
+        o.finding,
+        o.range,
+        o.releases.len(),
+        o.releases.join(", "),
+        o.max_probes
+    )];
+    for (k, p) in o.probes.iter().enumerate() {
+        let cells: Vec<String> = p.cells.iter().map(|c| c.to_string()).collect();
+        let why = p.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        v.push(format!("  probe {}: {:<14} {}{why}  [cell {}]", k + 1, p.release, p.state, cells.join(", ")));
+    }
+    match &o.answer {
+        Some(a) => {
+            v.push(format!("Answer: {a}"));
+            v.push("  (a binary search: it assumes one change in the range; releases between the probed ones were not run)".into());
+        }
+        None => v.push("Answer: not reached (the run stopped first)".into()),
+    }
+    v
+}
+
+/// A plain run (the loader's NCCL only) of the built-in workload whose abort cells ran an NCCL
+/// that no longer prints the abort-path warnings: say so, and give the command that shows them.
+pub fn newer_nccl_hint(run: &Run) -> Option<String> {
+    if run.workload != "builtin" || run.status != RunStatus::Complete || run.bisect.is_some() {
+        return None;
+    }
+    let lib = run.axes.iter().position(|a| a.kind == AxisKind::NcclLib)?;
+    if run.axes[lib].values.len() != 1 || !run.axes[lib].values[0].value.is_empty() {
+        return None;
+    }
+    let td = run.axes.iter().position(|a| a.kind == AxisKind::Teardown)?;
+    let abort = run.axes[td].values.iter().position(|v| v.value == "abort")?;
+    let cells: Vec<_> = run.cells.iter().filter(|c| c.values[td] == abort).collect();
+    let versions: Vec<Version> =
+        cells.iter().filter_map(|c| c.nccl_version.as_deref().and_then(Version::parse)).collect();
+    if cells.is_empty()
+        || versions.len() != cells.len()
+        || versions.iter().any(|v| *v < boundary::NCCL_ABORT_PAIR_SILENCED)
+        || cells.iter().any(|c| c.rules.iter().any(|r| r.id == "nccl-abort-pair"))
+    {
+        return None;
+    }
+    let v = versions[0];
+    Some(format!(
+        "this machine's NCCL ({v}) no longer prints the abort-path warnings users report at teardown (`[Service thread] \
+         Accept failed`, `Could not receive type from localRank`, `Failed to execute operation Close`): from {} on, \
+         ncclCommAbort of healthy ranks is quiet. To see them: epdoctor repro --nccl {} --teardown abort",
+        boundary::NCCL_ABORT_PAIR_SILENCED,
+        SHOWS_ABORT_PAIR
+    ))
+}
+
+/// The newest release that prints the abort-path trio (the one of DeepEP issue #41).
+pub const SHOWS_ABORT_PAIR: &str = "2.22.3";
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,12 @@ pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
         Verdict::Unknown => "unknown: warnings no rule explains",
     };
     let _ = writeln!(s, "{HEADING}**{verdict}**\n");
+    for u in &a.unread {
+        let _ = writeln!(s, "- not read: {}", md.text(u));
+    }
+    if !a.unread.is_empty() {
+        s.push('\n');
+    }
     let mut facts = vec![format!("epdoctor {}", a.tool_version)];
     facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
     facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));

@@ -7,7 +7,10 @@ use std::path::Path;
 use comfy_table::{presets, ContentArrangement, Table};
 
 use super::markdown::{heading, inline, table, Md};
-use crate::model::run::{effect_line, site_line, AxisKind, Cell, CellStatus, LauncherOut, Run, RunStatus, STACKS_DIR};
+use crate::model::run::{
+    bisect_lines, effect_line, newer_nccl_hint, site_line, AxisKind, Cell, CellStatus, LauncherOut, Run, RunStatus,
+    STACKS_DIR,
+};
 
 fn f1(x: f64) -> String {
     format!("{x:.1}")
@@ -199,6 +202,7 @@ fn notes(run: &Run, dir: &Path) -> Vec<String> {
             v.push(format!("cell {}: explain failed: {e}", c.index));
         }
     }
+    v.extend(newer_nccl_hint(run));
     v
 }
 
@@ -221,6 +225,12 @@ pub fn text(run: &Run, dir: &Path) -> String {
         let _ = writeln!(s, "\nWhere each rule and outcome was seen:");
         for w in &run.where_fired {
             let _ = writeln!(s, "  {}", site_line(w));
+        }
+    }
+    if let Some(b) = &run.bisect {
+        let _ = writeln!(s);
+        for l in bisect_lines(b) {
+            let _ = writeln!(s, "{l}");
         }
     }
     let n = notes(run, dir);
@@ -271,6 +281,13 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
             let _ = writeln!(s, "- {}", md.text(&site_line(w)));
         }
         s.push('\n');
+    }
+    if let Some(b) = &run.bisect {
+        s.push_str(&heading(level + 1, "Bisection"));
+        let _ = writeln!(s, "\n{}", md.block(&bisect_lines(b)));
+    }
+    if let Some(h) = newer_nccl_hint(run) {
+        let _ = writeln!(s, "Note: {}\n", md.text(&h));
     }
     s.push_str(&heading(level + 1, "Cells"));
     s.push('\n');

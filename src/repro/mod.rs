@@ -5,6 +5,7 @@
 //! `EPDOCTOR_WORKER_CMD` names a program started instead of `epdoctor worker` (stand-in ranks),
 //! `EPDOCTOR_SHM_DIR` replaces /dev/shm when looking for leftover NCCL files.
 
+pub mod bisect;
 pub mod cell;
 pub mod compare;
 pub mod interrupt;
@@ -13,6 +14,7 @@ pub mod launcher;
 pub mod leftovers;
 pub mod markers;
 pub mod matrix;
+pub mod nccl_axis;
 pub mod reporter;
 pub mod stacks;
 
@@ -71,11 +73,21 @@ pub struct Config {
     /// Environment axes, `NAME=v1,v2`.
     pub env: Vec<String>,
     pub nccl_lib: Vec<PathBuf>,
+    /// `--nccl`: releases, `system` or paths, resolved through src/nccl/ (nccl_axis.rs).
+    pub nccl: Vec<String>,
+    /// `--cuda`, `--offline`: how releases are resolved.
+    pub cuda: Option<u32>,
+    pub offline: bool,
+    /// `--bisect-nccl FROM..TO --finding X` (bisect.rs).
+    pub bisect_nccl: Option<String>,
+    pub finding: Option<String>,
     pub repeat: usize,
     pub timeout: f64,
     pub grace: f64,
     pub out: Option<PathBuf>,
     pub size: crate::worker::Size,
+    /// No progress bar, no per-cell lines, no notes while fetching NCCL releases.
+    pub quiet: bool,
     pub rules: crate::rules::RuleSource,
     /// The user's command (empty: the built-in workload).
     pub command: Vec<String>,
@@ -104,8 +116,19 @@ impl Finished {
 pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
+    // NCCL releases by version (fetched or from the cache) become library paths first.
+    let resolved = nccl_axis::resolve(args, &mut problems)?;
+    let args = &resolved.config;
     let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
     let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    if let (Some(b), Some(e)) = (&resolved.bisect, &engine) {
+        if !b.finding.starts_with("outcome:") && !e.rules.iter().any(|r| r.def.id == b.finding) {
+            problems.push(format!(
+                "--finding {}: no rule has that id (`epdoctor rules list`); outcomes are hang, failed, leftovers",
+                b.finding
+            ));
+        }
+    }
     let program = worker_program().map_err(|e| problems.push(format!("{e:#}"))).ok();
     if let (Some(Workload::Builtin { .. }), None, true) = (
         plan.as_ref().map(|p| &p.workload),
@@ -113,7 +136,7 @@ pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finishe
         launcher::runs_here(args.launch.launcher),
     ) {
         // The worker would fail the same way in every cell: say it once, before running anything.
-        let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
+        let need_nccl = resolved.uses_loader && crate::worker::libs::find_runtime_nccl().is_none();
         if let Err(e) = crate::worker::libs::check_present(need_nccl) {
             problems.push(format!("{e:#}"));
         }
@@ -125,7 +148,10 @@ pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finishe
     // A run folder that cannot be made where the user asked is theirs to fix; any failure after
     // it exists is the harness's (exit 5).
     let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
-    run_cells(args, plan, &engine, program, dir, reporter).harness()
+    match resolved.bisect {
+        Some(setup) => bisect::run(args, plan, &engine, program, dir, setup, reporter).harness(),
+        None => run_cells(args, plan, &engine, program, dir, reporter).harness(),
+    }
 }
 
 /// The runner: every cell in turn, the run folder's files after each, events to `reporter`.
@@ -137,18 +163,8 @@ fn run_cells(
     dir: PathBuf,
     reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Finished> {
-    let launcher = launcher::acquire(&args.launch, args.ranks, &plan.workload)?;
-    let h = cell::Harness {
-        launcher: launcher.as_ref(),
-        worker_program: program,
-        size: args.size,
-        ranks_flag: args.ranks,
-        shm_dir: leftovers::shm_dir(),
-        engine,
-    };
-    std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
-    let _signals = interrupt::install()?;
-
+    let (launcher, _signals) = start(args, &plan, &dir)?;
+    let h = harness(args, launcher.as_ref(), program, engine);
     let mut run = new_run(&plan, args);
     run.launcher = launcher.describe();
     write_outputs(&dir, &mut run, &plan)?;
@@ -166,7 +182,7 @@ fn run_cells(
         let cell = cell::run_cell(&h, &plan, cp, &cell_dir, &stop, &mut || reporter.report(Event::Tick))?;
         run.cells.push(cell);
         write_outputs(&dir, &mut run, &plan)?;
-        reporter.report(Event::CellFinished { cell: &run.cells[run.cells.len() - 1], of });
+        reporter.report(Event::CellFinished { cell: &run.cells[run.cells.len() - 1], of, probe: None });
     }
 
     if interrupt::count() > 0 {
@@ -196,6 +212,30 @@ fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> 
     let c = &run.cells[0];
     let log = dir.join("cells").join(&c.id).join(&c.processes.first()?.log);
     Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
+}
+
+/// Before the first cell: the launcher (under Slurm outside an allocation it asks salloc for one,
+/// so it comes after every check), the cells folder, the signal handlers.
+fn start(args: &Config, plan: &Plan, dir: &Path) -> anyhow::Result<(Box<dyn launcher::Launcher>, interrupt::Guard)> {
+    let launcher = launcher::acquire(&args.launch, args.ranks, &plan.workload)?;
+    std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
+    Ok((launcher, interrupt::install()?))
+}
+
+fn harness<'a>(
+    args: &Config,
+    launcher: &'a dyn launcher::Launcher,
+    worker_program: OsString,
+    engine: &'a Engine,
+) -> cell::Harness<'a> {
+    cell::Harness {
+        launcher,
+        worker_program,
+        size: args.size,
+        ranks_flag: args.ranks,
+        shm_dir: leftovers::shm_dir(),
+        engine,
+    }
 }
 
 /// What starts the built-in worker: epdoctor itself, or the `EPDOCTOR_WORKER_CMD` stand-in.
@@ -309,6 +349,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
         effects: Vec::new(),
         where_fired: Vec::new(),
         lint,
+        bisect: None,
     }
 }
 

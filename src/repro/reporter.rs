@@ -28,6 +28,8 @@ pub enum Event<'a> {
     CellFinished {
         cell: &'a Cell,
         of: usize,
+        /// In a bisection: the probe's number and the release it ran.
+        probe: Option<(usize, &'a str)>,
     },
     Interrupted {
         by: &'a str,
@@ -41,11 +43,15 @@ pub trait Reporter {
     fn report(&mut self, e: Event);
 }
 
-/// `[3/8] 003-abort: ok, 2.1 s, 4 WARN, benign`: a finished cell in one line.
-pub fn cell_line(c: &Cell, of: usize) -> String {
+/// `[3/8] 003-abort: ok, 2.1 s, 4 WARN, benign` (a bisection's cell: `[probe 2 2.21.5] ...`): a
+/// finished cell in one line.
+pub fn cell_line(c: &Cell, of: usize, probe: Option<(usize, &str)>) -> String {
+    let at = match probe {
+        Some((n, release)) => format!("probe {n} {release}"),
+        None => format!("{}/{of}", c.index),
+    };
     format!(
-        "[{}/{of}] {}: {}, {:.1} s, {} WARN, {}",
-        c.index,
+        "[{at}] {}: {}, {:.1} s, {} WARN, {}",
         c.id,
         c.detail,
         c.wall_s,
@@ -76,8 +82,8 @@ pub struct Lines;
 
 impl Reporter for Lines {
     fn report(&mut self, e: Event) {
-        if let Event::CellFinished { cell, of } = e {
-            eprintln!("{}", cell_line(cell, of));
+        if let Event::CellFinished { cell, of, probe } = e {
+            eprintln!("{}", cell_line(cell, of, probe));
         }
     }
 }
@@ -97,9 +103,12 @@ impl Reporter for Bar {
             }
             Event::CellStarted { name, .. } => self.0.iter().for_each(|b| b.set_message(name.to_string())),
             Event::Tick => self.0.iter().for_each(ProgressBar::tick),
-            Event::CellFinished { cell, of } => {
+            Event::CellFinished { cell, of, probe } => {
                 if let Some(b) = &self.0 {
-                    b.println(cell_line(cell, of));
+                    // A bisection's cells only advance the bar.
+                    if probe.is_none() {
+                        b.println(cell_line(cell, of, probe));
+                    }
                     b.inc(1);
                 }
             }
@@ -136,6 +145,10 @@ enum JsonEvent<'a> {
         wall_s: f64,
         warn_lines: u64,
         verdict: Option<Verdict>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        probe: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        release: Option<&'a str>,
     },
     Interrupted {
         by: &'a str,
@@ -151,7 +164,7 @@ impl<W: Write> Reporter for JsonLines<W> {
             Event::Plan { dir, cells } => JsonEvent::Plan { dir, cells },
             Event::CellStarted { index, name } => JsonEvent::CellStarted { index, name },
             Event::Tick => return,
-            Event::CellFinished { cell: c, of } => JsonEvent::CellFinished {
+            Event::CellFinished { cell: c, of, probe } => JsonEvent::CellFinished {
                 index: c.index,
                 of,
                 name: &c.id,
@@ -160,6 +173,8 @@ impl<W: Write> Reporter for JsonLines<W> {
                 wall_s: c.wall_s,
                 warn_lines: c.warn_lines,
                 verdict: c.verdict,
+                probe: probe.map(|p| p.0),
+                release: probe.map(|p| p.1),
             },
             Event::Interrupted { by } => JsonEvent::Interrupted { by },
             Event::End { status } => JsonEvent::End { status },
@@ -191,7 +206,7 @@ mod tests {
         r.report(Event::Plan { dir: Path::new("/runs/r1"), cells: 4 });
         r.report(Event::CellStarted { index: 2, name: "002-abort" });
         r.report(Event::Tick);
-        r.report(Event::CellFinished { cell: &c, of: 4 });
+        r.report(Event::CellFinished { cell: &c, of: 4, probe: None });
         r.report(Event::Interrupted { by: "SIGINT" });
         r.report(Event::End { status: RunStatus::Interrupted });
         let text = String::from_utf8(r.0).unwrap();
@@ -210,8 +225,9 @@ mod tests {
             ]
         );
         assert_eq!(
-            cell_line(&c, 4),
+            cell_line(&c, 4, None),
             "[2/4] 002-abort: hang: rank 0 in teardown for 45.0 s, 47.3 s, 3 WARN, actionable"
         );
+        assert!(cell_line(&c, 4, Some((2, "2.21.5"))).starts_with("[probe 2 2.21.5] 002-abort: hang"));
     }
 }
