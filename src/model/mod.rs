@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod env;
+pub mod markers;
 pub mod run;
 pub mod version;
 

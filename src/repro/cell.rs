@@ -14,13 +14,13 @@ use regex::Regex;
 use super::launch::{self, Execution, Interrupts, Limits};
 use super::launcher::{CellCtx, Finish, Launcher, Ranks, Work, WorkKind};
 use super::leftovers;
-use super::markers::{self, RankMarkers};
 use super::matrix::{CellPlan, Plan, Workload};
 use super::stacks;
 use super::CELL_ENV;
 use crate::model::run::{AxisKind, Cell, CellStatus, Hung, Leftovers, Primary, RuleHit, HARNESS_FILE};
 use crate::model::Analysis;
 use crate::rules::Engine;
+use crate::sys::markers::{self, RankMarkers};
 
 /// Where PyTorch writes its Flight Recorder dumps (the rank is appended).
 const FR_FILE_ENV: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";

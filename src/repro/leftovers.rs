@@ -9,9 +9,9 @@ use nix::sys::signal::Signal;
 
 use super::launch::{signal_group, HARNESS_PREFIX};
 
-use crate::env::procs::{self, FdTarget};
 pub use crate::model::run::{LeftoverProcess, Leftovers};
-use crate::os::{is_gpu_node, is_nccl_shm, is_nccl_socket};
+use crate::sys::names::{is_gpu_node, is_nccl_shm, is_nccl_socket};
+use crate::sys::procs::{self, FdTarget};
 
 /// How a process is recognised as the cell's: its process group, or this variable in its environment
 /// (set on every process the cell starts, inherited by their children, even after setsid).
@@ -48,7 +48,7 @@ pub fn collect_here(m: &Membership, shm: Option<(&Before, &Path)>, left: &mut Le
 /// Where NCCL's shm files are looked for: /dev/shm, or `EPDOCTOR_SHM_DIR` (a test hook, so tests
 /// do not share /dev/shm with each other or with real jobs).
 pub fn shm_dir() -> PathBuf {
-    std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| "/dev/shm".into())
+    std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| crate::sys::SHM_DIR.into())
 }
 
 /// NCCL shm files present before the cell, so only new ones count. (Files outlive their creators,
@@ -130,7 +130,7 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             continue;
         }
         let Some(stat) = procs::stat(&dir) else { continue };
-        if matches!(stat.state, 'Z' | 'X' | 'x') {
+        if !stat.is_live() {
             continue;
         }
         let member = m.pgids.contains(&stat.pgrp)

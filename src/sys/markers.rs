@@ -1,10 +1,11 @@
 //! The worker's marker lines: `[epdoctor] rank=R phase=P t=SECS` and `[epdoctor] rank=R key=value ...`.
+//! The worker writes them, repro reads them into [`RankMarkers`] (a part of the run's model).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
-pub use crate::model::run::RankMarkers;
+pub use crate::model::markers::RankMarkers;
 
 pub const PREFIX: &str = "[epdoctor] ";
 /// The harness's own lines in harness.log (exits, signals, leftovers).
