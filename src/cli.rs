@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::model::run::LauncherKind;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "epdoctor",
@@ -207,7 +209,7 @@ pub struct ReproArgs {
     pub out: Option<PathBuf>,
 
     #[command(flatten)]
-    pub size: WorkloadSize,
+    pub size: Box<WorkloadSize>,
 
     #[command(flatten)]
     pub launch: Box<LauncherArgs>,
@@ -219,6 +221,11 @@ pub struct ReproArgs {
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Write what the run does (the plan, each cell's start and end, an interrupt, the end) to FILE,
+    /// one JSON object a line, instead of the progress shown on stderr.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
 
     #[command(flatten)]
     pub rule_opts: RuleOpts,
@@ -232,7 +239,7 @@ pub struct ReproArgs {
 #[derive(Debug, Clone, Args)]
 pub struct LauncherArgs {
     /// `local` processes, one Slurm job step per cell (`slurm`), or `torchrun` per cell.
-    #[arg(long, value_enum, default_value_t = Launcher::Local)]
+    #[arg(long, value_enum, default_value_t = Launcher(LauncherKind::Local))]
     pub launcher: Launcher,
 
     /// slurm, torchrun: nodes per cell.
@@ -260,11 +267,20 @@ pub struct LauncherArgs {
     pub rdzv_endpoint: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Launcher {
-    Local,
-    Slurm,
-    Torchrun,
+/// `--launcher`'s values: the kinds repro has a launcher for, by their names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launcher(pub LauncherKind);
+
+impl ValueEnum for Launcher {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: std::sync::LazyLock<Vec<Launcher>> =
+            std::sync::LazyLock::new(|| LauncherKind::ALL.into_iter().map(Launcher).collect());
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()))
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -552,13 +568,8 @@ impl ReproArgs {
 
 impl LauncherArgs {
     pub fn config(&self) -> crate::repro::LaunchConfig {
-        use crate::repro::LauncherKind;
         crate::repro::LaunchConfig {
-            launcher: match self.launcher {
-                Launcher::Local => LauncherKind::Local,
-                Launcher::Slurm => LauncherKind::Slurm,
-                Launcher::Torchrun => LauncherKind::Torchrun,
-            },
+            launcher: self.launcher.0,
             nodes: self.nodes,
             ntasks_per_node: self.ntasks_per_node,
             partition: self.partition.clone(),

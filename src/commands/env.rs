@@ -34,11 +34,11 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
             "--cell: the tag is empty (it is a cell folder, the EPDOCTOR_CELL_DIR value of the cell's processes)",
         ));
     }
-    let n = crate::repro::slurm::probe_here(cell, args.since, args.kill);
+    let n = crate::repro::launcher::slurm::probe_here(cell, args.since, args.kill);
     let text = match args.format {
         Format::Json => output::json(&n),
         Format::Text | Format::Md => {
-            let mut l = n.leftovers.lines();
+            let mut l = crate::repro::leftovers::lines(&n.leftovers);
             if l.is_empty() {
                 l.push(format!("nothing of cell {cell} on {}", n.node));
             }

@@ -89,7 +89,7 @@ mod tests {
         assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
         let bundle = format!("{}\n\n- logs: verdict\n", crate::model::headings::REPORT_MD);
         assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
-        // cells.json as serde writes `repro::result::Run`: its first two fields.
+        // cells.json as serde writes `model::run::Run`: its first two fields.
         let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
         assert_eq!(sniff("cells.json", cells.as_bytes()), Content::Own("epdoctor repro's cells.json"));
         // Other JSON and Markdown are not ours.

@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 
 use crate::cli::ReportArgs;
 use crate::env;
+use crate::model::run::{Run, CELLS_FILE};
 use crate::output::redact::Redactor;
-use crate::repro::result::{Run, CELLS_FILE};
 
 pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     let mut problems = Vec::new();

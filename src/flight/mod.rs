@@ -177,7 +177,7 @@ fn show(v: Option<&Value>) -> String {
 }
 
 fn entry(e: &Value) -> Entry {
-    let frames: Vec<crate::repro::stacks::Frame> = e
+    let frames: Vec<crate::model::run::stack::Frame> = e
         .get("frames")
         .map(|f| {
             f.items()
@@ -185,7 +185,7 @@ fn entry(e: &Value) -> Entry {
                 .map(|fr| {
                     let file = fr.get("filename").and_then(Value::as_str).unwrap_or("?");
                     let line = fr.get("line").and_then(Value::as_int).unwrap_or(0);
-                    crate::repro::stacks::Frame {
+                    crate::model::run::stack::Frame {
                         func: fr.get("name").and_then(Value::as_str).unwrap_or("?").to_string(),
                         loc: Some(format!("{file}:{line}")),
                         python: true,
@@ -194,7 +194,7 @@ fn entry(e: &Value) -> Entry {
                 .collect()
         })
         .unwrap_or_default();
-    let stack = Some(crate::repro::stacks::fold(&frames)).filter(|s| !s.is_empty());
+    let stack = Some(crate::model::run::stack::fold(&frames)).filter(|s| !s.is_empty());
     let name = e.get("profiling_name").and_then(Value::as_str).unwrap_or("?");
     Entry {
         pg: e.get("pg_id").map(key).unwrap_or_default(),

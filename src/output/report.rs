@@ -7,8 +7,8 @@ use super::markdown::{heading, Md};
 use super::redact::Redactor;
 use super::{Format, Options};
 use crate::model::env::{EnvReport, Status};
+use crate::model::run::Run;
 use crate::model::Analysis;
-use crate::repro::result::Run;
 
 /// The report's first line (`explain` knows the document by it and does not read it as a log).
 pub(crate) const HEADING: &str = crate::model::headings::REPORT_MD;

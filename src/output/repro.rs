@@ -7,9 +7,10 @@ use std::path::Path;
 use comfy_table::{presets, ContentArrangement, Table};
 
 use super::markdown::{heading, inline, table, Md};
-use crate::repro::compare::{effect_line, site_line};
-use crate::repro::result::AxisKind;
-use crate::repro::result::{Cell, CellStatus, Run, RunStatus};
+use crate::model::run::{
+    bisect_lines, effect_line, newer_nccl_hint, site_line, AxisKind, Cell, CellStatus, LauncherOut, Run, RunStatus,
+    STACKS_DIR,
+};
 
 fn f1(x: f64) -> String {
     format!("{x:.1}")
@@ -152,15 +153,15 @@ fn header_lines(run: &Run) -> Vec<String> {
 }
 
 /// The report's line about the launcher.
-fn launcher_line(l: &crate::repro::result::LauncherOut) -> String {
-    match &l.slurm {
-        Some(a) => format!(
+fn launcher_line(l: &LauncherOut) -> String {
+    match l {
+        LauncherOut::Slurm { slurm: a } => format!(
             "Launcher: Slurm, a job step per cell in job {} ({}), nodes: {}",
             a.job_id,
             if a.owned { "allocated by epdoctor, cancelled at the end" } else { "the allocation epdoctor ran in" },
             a.nodes.join(", ")
         ),
-        None => format!("Launcher: `{}` per cell", l.command.join(" ")),
+        LauncherOut::Torchrun { command } => format!("Launcher: `{}` per cell", command.join(" ")),
     }
 }
 
@@ -194,14 +195,14 @@ fn notes(run: &Run, dir: &Path) -> Vec<String> {
                 }
             }
         }
-        for l in c.leftovers.lines() {
-            v.push(format!("cell {}: {}", c.index, l.trim_start_matches("[epdoctor-harness] ")));
+        for l in c.leftovers.facts() {
+            v.push(format!("cell {}: {l}", c.index));
         }
         if let Some(e) = &c.explain_error {
             v.push(format!("cell {}: explain failed: {e}", c.index));
         }
     }
-    v.extend(crate::repro::nccl_axis::newer_nccl_hint(run));
+    v.extend(newer_nccl_hint(run));
     v
 }
 
@@ -228,7 +229,7 @@ pub fn text(run: &Run, dir: &Path) -> String {
     }
     if let Some(b) = &run.bisect {
         let _ = writeln!(s);
-        for l in crate::repro::bisect::lines(b) {
+        for l in bisect_lines(b) {
             let _ = writeln!(s, "{l}");
         }
     }
@@ -283,9 +284,9 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
     }
     if let Some(b) = &run.bisect {
         s.push_str(&heading(level + 1, "Bisection"));
-        let _ = writeln!(s, "\n{}", md.block(&crate::repro::bisect::lines(b)));
+        let _ = writeln!(s, "\n{}", md.block(&bisect_lines(b)));
     }
-    if let Some(h) = crate::repro::nccl_axis::newer_nccl_hint(run) {
+    if let Some(h) = newer_nccl_hint(run) {
         let _ = writeln!(s, "Note: {}\n", md.text(&h));
     }
     s.push_str(&heading(level + 1, "Cells"));
@@ -312,8 +313,8 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         for (n, ranks) in notes {
             let _ = writeln!(s, "- note (rank {}): {}", md.text(&ranks.join(", ")), md.text(n));
         }
-        if let Some(step) = &c.step {
-            let _ = writeln!(s, "- Slurm job step {} on {}", md.text(step), md.text(&c.nodes.join(", ")));
+        if let Some(step) = &c.launch.step {
+            let _ = writeln!(s, "- Slurm job step {} on {}", md.text(step), md.text(&c.launch.nodes.join(", ")));
         }
         for p in &c.processes {
             let on = p.node.as_ref().map(|n| format!(" on {}", md.text(n))).unwrap_or_default();
@@ -340,11 +341,11 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         if let Some(e) = &c.explain_error {
             let _ = writeln!(s, "- explain failed: {}", md.text(e));
         }
-        for e in &c.rank_errors {
+        for e in &c.launch.rank_errors {
             let _ = writeln!(s, "- error file of local rank {} (attempt {}): {}", e.local_rank, e.attempt, e.message);
         }
         if !c.stacks.is_empty() {
-            let _ = writeln!(s, "- stacks at the deadline (raw in {}):", md.code(crate::repro::stacks::STACKS_DIR));
+            let _ = writeln!(s, "- stacks at the deadline (raw in {}):", md.code(STACKS_DIR));
         }
         for st in &c.stacks {
             let who = if st.rank.starts_with("pid ") {
@@ -357,8 +358,8 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
                 let _ = writeln!(s, "    - thread {}", md.code(o));
             }
         }
-        for l in c.leftovers.lines() {
-            let _ = writeln!(s, "- {}", md.text(l.trim_start_matches("[epdoctor-harness] ")));
+        for l in c.leftovers.facts() {
+            let _ = writeln!(s, "- {}", md.text(&l));
         }
         s.push('\n');
     }

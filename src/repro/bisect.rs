@@ -4,16 +4,17 @@
 //! ceil(log2 N) + 1 releases are probed: the first, then halving the rest. The answer assumes X
 //! changes once in the range; the table shows every release that was run.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use super::cell;
 use super::matrix::{CellPlan, Plan};
-use super::result::{Cell, CellStatus, RunStatus};
+use super::reporter::{Event, Reporter};
 use super::{Config, Finished};
 use crate::error::Typed;
+use crate::model::run::{BisectOut, Cell, CellStatus, ProbeOut, RunStatus};
 use crate::model::version::Version;
 use crate::nccl::release::{End, Release};
 use crate::nccl::{Fetcher, Spec};
@@ -189,30 +190,6 @@ pub fn max_probes(n: usize) -> usize {
     }
 }
 
-/// What cells.json keeps of the bisection.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Outcome {
-    pub finding: String,
-    pub range: String,
-    /// Every release of the range, in order.
-    pub releases: Vec<String>,
-    pub probes: Vec<ProbeOut>,
-    pub max_probes: usize,
-    /// The answer in words, once the search ended.
-    pub answer: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ProbeOut {
-    pub release: String,
-    /// `seen`, `absent` or `inconclusive`.
-    pub state: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The cells (their indexes in the run) this release ran.
-    pub cells: Vec<usize>,
-}
-
 /// The state of a release from its cells.
 pub fn state_of(finding: &str, expected: Version, cells: &[Cell], builtin: bool) -> State {
     if cells.is_empty() {
@@ -261,43 +238,18 @@ fn answer_text(a: &Answer, finding: &str, labels: &[String]) -> String {
     }
 }
 
-/// Text lines of the bisection for the summaries (text and report.md).
-pub fn lines(o: &Outcome) -> Vec<String> {
-    let mut v = vec![format!(
-        "Bisection of `{}` over NCCL {} ({} releases: {}; at most {} probed):",
-        o.finding,
-        o.range,
-        o.releases.len(),
-        o.releases.join(", "),
-        o.max_probes
-    )];
-    for (k, p) in o.probes.iter().enumerate() {
-        let cells: Vec<String> = p.cells.iter().map(|c| c.to_string()).collect();
-        let why = p.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
-        v.push(format!("  probe {}: {:<14} {}{why}  [cell {}]", k + 1, p.release, p.state, cells.join(", ")));
-    }
-    match &o.answer {
-        Some(a) => {
-            v.push(format!("Answer: {a}"));
-            v.push("  (a binary search: it assumes one change in the range; releases between the probed ones were not run)".into());
-        }
-        None => v.push("Answer: not reached (the run stopped first)".into()),
-    }
-    v
-}
-
 /// Run the search: each probe fetches its release if needed and runs that release's cells.
 pub fn run(
     args: &Config,
     mut plan: Plan,
     engine: &Engine,
-    mut launcher: cell::Launcher,
+    program: OsString,
     dir: PathBuf,
     setup: Setup,
+    reporter: &mut dyn Reporter,
 ) -> Result<Finished> {
-    launcher.via = super::via(args, &plan)?;
-    std::fs::create_dir(dir.join("cells")).map_err(|e| anyhow::anyhow!("creating {}/cells: {e}", dir.display()))?;
-    let _signals = super::interrupt::install()?;
+    let (launcher, _signals) = super::start(args, &plan, &dir)?;
+    let h = super::harness(args, launcher.as_ref(), program, engine);
     let Setup { fetcher, mut candidates, finding, range } = setup;
     let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();
     // The NCCL axis (always the first) holds every candidate; a release not fetched yet shows its name.
@@ -306,9 +258,9 @@ pub fn run(
     let per = settings.len();
     let builtin = matches!(plan.workload, super::matrix::Workload::Builtin { .. });
     let mut run = super::new_run(&plan, args);
-    run.launcher = super::launcher_out(&launcher);
+    run.launcher = launcher.describe();
     run.cells_planned = max_probes(candidates.len()) * per;
-    let mut out = Outcome {
+    let mut out = BisectOut {
         finding: finding.clone(),
         range,
         releases: labels.clone(),
@@ -318,7 +270,7 @@ pub fn run(
     };
     run.bisect = Some(out.clone());
     super::write_outputs(&dir, &mut run, &plan)?;
-    let bar = super::progress_bar(args, run.cells_planned);
+    reporter.report(Event::Plan { dir: &dir, cells: run.cells_planned });
     let stop = super::SignalStop;
     let mut next = 1usize;
 
@@ -355,24 +307,16 @@ pub fn run(
                 let cp = CellPlan { index: next, values, repeat: s.repeat };
                 next += 1;
                 let name = super::cell_name(&plan, &cp);
-                bar.set_message(name.clone());
-                let cell =
-                    cell::run_cell(&plan, &cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || {
-                        bar.tick()
-                    })?;
-                if !args.quiet && bar.is_hidden() {
-                    eprintln!(
-                        "[probe {} {}] {name}: {}, {:.1} s, {} WARN, {}",
-                        out.probes.len() + 1,
-                        c.label,
-                        cell.detail,
-                        cell.wall_s,
-                        cell.warn_lines,
-                        cell.verdict.map(|v| v.as_str()).unwrap_or("no verdict")
-                    );
-                }
+                reporter.report(Event::CellStarted { index: cp.index, name: &name });
+                let cell_dir = dir.join("cells").join(&name);
+                let cell = cell::run_cell(&h, &plan, &cp, &cell_dir, &stop, &mut || reporter.report(Event::Tick))?;
                 run.cells.push(cell);
-                bar.inc(1);
+                let probe = Some((out.probes.len() + 1, c.label.as_str()));
+                reporter.report(Event::CellFinished {
+                    cell: &run.cells[run.cells.len() - 1],
+                    of: run.cells_planned,
+                    probe,
+                });
             }
             if super::interrupt::count() > 0 {
                 return Ok(None);
@@ -395,14 +339,16 @@ pub fn run(
         Ok(Some(state))
     };
     let answer = search(labels.len(), &mut probe)?;
-    bar.finish_and_clear();
     if super::interrupt::count() > 0 {
+        let by = super::launch::Interrupts::name(&stop);
+        reporter.report(Event::Interrupted { by: &by });
         run.status = RunStatus::Interrupted;
-        run.interrupted_by = Some(super::launch::Interrupts::name(&stop));
+        run.interrupted_by = Some(by);
     } else {
         run.status = RunStatus::Complete;
         out.answer = Some(answer_text(&answer, &finding, &labels));
     }
+    reporter.report(Event::End { status: run.status });
     run.bisect = Some(out);
     super::write_outputs(&dir, &mut run, &plan)?;
     let never_started = run

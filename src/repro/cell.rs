@@ -1,184 +1,84 @@
-//! One cell from start to verdict: folder, processes, deadline, leftovers, harness.log, markers,
-//! explain.
+//! One cell from start to verdict: folder, processes (through the launcher), deadline, leftovers,
+//! harness.log, markers, explain.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::Context;
 use regex::Regex;
 
-use super::launch::{self, Interrupts, Limits, Spec};
-use super::leftovers::{self, Leftovers, Membership};
+use super::launch::{self, Execution, Interrupts, Limits};
+use super::launcher::{CellCtx, Finish, Launcher, Ranks, Work, WorkKind};
+use super::leftovers;
 use super::matrix::{CellPlan, Plan, Workload};
-use super::result::{AxisKind, Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
-use super::slurm::Stops;
 use super::stacks;
 use super::CELL_ENV;
+use crate::model::run::{AxisKind, Cell, CellStatus, Hung, Leftovers, Primary, RuleHit, HARNESS_FILE};
+use crate::model::Analysis;
 use crate::rules::Engine;
 use crate::sys::markers::{self, RankMarkers};
 
-/// How long exiting processes get before they count as left behind.
-const SETTLE: Duration = Duration::from_millis(500);
-const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Where PyTorch writes its Flight Recorder dumps (the rank is appended).
 const FR_FILE_ENV: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 
-/// What starts the built-in worker (the lead's fixed interface) and how big its work is.
-pub struct Launcher {
+/// What every cell of a run shares.
+pub struct Harness<'a> {
+    pub launcher: &'a dyn Launcher,
     /// epdoctor itself, or the `EPDOCTOR_WORKER_CMD` stand-in.
-    pub program: OsString,
-    /// `--tokens T --hidden H ...`, appended to every rank's arguments.
-    pub workload_args: Vec<OsString>,
+    pub worker_program: OsString,
+    pub size: crate::worker::Size,
     /// `--ranks` as given, exported to a user command as EPDOCTOR_RANKS.
     pub ranks_flag: Option<usize>,
     pub shm_dir: PathBuf,
-    pub via: Via,
-}
-
-/// What starts a cell's ranks.
-pub enum Via {
-    /// Local processes, each in its own process group.
-    Local,
-    /// One job step of this allocation (src/repro/slurm.rs).
-    Slurm(super::slurm::Allocation),
-    /// One torchrun agent (src/repro/torchrun.rs).
-    Torchrun(super::LaunchConfig),
+    pub engine: &'a Engine,
 }
 
 /// The harness's facts plus everything the engine said about one cell.
 pub fn run_cell(
+    h: &Harness,
     plan: &Plan,
     cp: &CellPlan,
     cell_dir: &Path,
-    launcher: &Launcher,
-    engine: &Engine,
     stop: &dyn Interrupts,
     tick: &mut dyn FnMut(),
 ) -> anyhow::Result<Cell> {
     std::fs::create_dir(cell_dir).with_context(|| format!("creating {}", cell_dir.display()))?;
-    let stops = Arc::new(Mutex::new(Stops::default()));
-    let specs = specs(plan, cp, cell_dir, launcher, &stops)?;
-    let before = leftovers::snapshot(&launcher.shm_dir);
+    let tag = cell_dir.to_string_lossy().into_owned();
+    let ranks = match plan.workload {
+        Workload::Builtin { ranks } => Some(ranks),
+        Workload::Command(_) => h.ranks_flag,
+    };
+    let work = work(h, plan, cp, cell_dir, &tag)?;
+    let ctx = CellCtx { dir: cell_dir, tag, work, ranks, before: leftovers::snapshot(&h.shm_dir), shm_dir: &h.shm_dir };
+    let specs = h.launcher.start(&ctx)?;
     let limits =
         Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
-    let tag = cell_dir.to_string_lossy().into_owned();
-    // Under Slurm the tasks are found on their nodes by their tag; here only srun's own group.
-    let slurm = match &launcher.via {
-        Via::Slurm(a) => Some(a),
-        _ => None,
-    };
-    let cell_env = slurm.is_none().then(|| (CELL_ENV.to_string(), tag.clone()));
     let mut stacks = Vec::new();
     let mut ex = launch::execute(&specs, &limits, stop, tick, &mut |alive| {
-        let m = Membership { pgids: alive.iter().map(|(_, pid)| *pid).collect(), env: cell_env.clone() };
-        let cap = stacks::capture(&leftovers::cell_processes(&m), alive, cell_dir);
+        let cap = h.launcher.stacks(&ctx, alive);
         stacks = cap.stacks;
         cap.notes
     });
-    let (mut left, probe_lines) = match slurm {
-        Some(a) => a.probe(cell_dir, &tag, ex.start_unix),
-        None => (Leftovers::default(), Vec::new()),
-    };
-    let membership = Membership { pgids: ex.pgids.clone(), env: cell_env };
-    let mut procs = leftovers::settle(&membership, SETTLE);
-    // Sockets are looked at while their holders are still alive.
-    if slurm.is_none() {
-        left.shm = leftovers::new_shm(&before, &launcher.shm_dir);
-    }
-    left.sockets.extend(leftovers::held_sockets(&procs));
-    leftovers::kill_all(&membership, &mut procs, KILL_WAIT);
-    left.processes.extend(procs);
+    let (left, probe_lines) = h.launcher.leftovers(&ctx, &ex);
+    let fin = h.launcher.finish(&ctx, &specs, &ex);
+    // The status and the hung ranks are read from what the launcher reports of each process.
+    ex.outcomes = fin.processes.iter().map(|p| p.outcome.clone()).collect();
 
-    // One process per rank: the local processes, or each task of the step (and srun itself).
-    let stops = std::mem::take(&mut *stops.lock().unwrap_or_else(|e| e.into_inner()));
-    let (step, nodes) = match slurm {
-        Some(_) => super::slurm::Allocation::step_of(cell_dir),
-        None => (None, Vec::new()),
-    };
-    let procs_out: Vec<(launch::Outcome, String, Option<String>)> = match slurm {
-        Some(a) => a.task_outcomes(cell_dir, &ex, &stops),
-        None => specs
-            .iter()
-            .zip(ex.outcomes.iter().cloned())
-            .map(|(s, o)| (o, s.log.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), None))
-            .collect(),
-    };
-    if slurm.is_some() {
-        // The tasks, then srun itself: a step whose srun failed is not ok even if every task was.
-        ex.outcomes = procs_out.iter().map(|p| p.0.clone()).collect();
-    }
-    let rank_errors = match launcher.via {
-        Via::Torchrun(_) => super::torchrun::rank_errors(cell_dir),
-        _ => Vec::new(),
-    };
-
-    let mut all_markers: BTreeMap<String, RankMarkers> = BTreeMap::new();
-    for p in log_files(cell_dir).iter().filter(|p| !p.ends_with(HARNESS_FILE)) {
-        for (rank, m) in markers::parse_file(p) {
-            let e = all_markers.entry(rank).or_default();
-            e.phases.extend(m.phases);
-            e.keys.extend(m.keys);
-            e.notes.extend(m.notes);
-            if !m.last.is_empty() {
-                e.last = m.last;
-            }
-        }
-    }
-    let per_task = !matches!(launcher.via, Via::Local | Via::Torchrun(_));
-    let hung = stacks::attach(hung_ranks(plan, &ex, &all_markers, per_task), &stacks);
-
-    let mut lines = ex.lines.clone();
-    lines.extend(stops.lines.iter().cloned());
-    lines.extend(procs_out.iter().filter_map(|p| launch::exit_line(&p.0)));
-    for e in &rank_errors {
-        lines.push(format!(
-            "{} local_rank={} attempt={} error file {}: {}",
-            launch::HARNESS_PREFIX,
-            e.local_rank,
-            e.attempt,
-            e.file,
-            e.message
-        ));
-    }
-    lines.extend(probe_lines);
-    for h in &hung {
-        if let Some(p) = &h.phase {
-            lines.push(format!("{} rank={} last phase={p}", launch::HARNESS_PREFIX, h.rank));
-        }
-    }
-    lines.extend(left.lines());
-    let mut f = std::fs::File::options()
-        .create_new(true)
-        .write(true)
-        .open(cell_dir.join(HARNESS_FILE))
-        .with_context(|| format!("writing {}", cell_dir.join(HARNESS_FILE).display()))?;
-    for l in &lines {
-        writeln!(f, "{l}")?;
-    }
-    drop(f);
+    let all_markers = cell_markers(cell_dir);
+    let hung = stacks::attach(hung_ranks(plan, &ex, &all_markers, h.launcher.ranks()), &stacks);
+    write_harness_log(cell_dir, &ex, &fin, probe_lines, &hung, &left)?;
 
     let logs = log_files(cell_dir);
     let warn_lines = logs.iter().filter(|p| !p.ends_with(HARNESS_FILE)).map(|p| count_warn_lines(p)).sum();
-    let (analysis, explain_error) = match super::explain_cell(&logs, engine) {
+    let (analysis, explain_error) = match super::explain_cell(&logs, h.engine) {
         Ok(a) => (Some(a), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
-
-    let status = if ex.outcomes.iter().any(|o| o.launch_error.is_some()) {
-        CellStatus::LaunchError
-    } else if ex.interrupted_by.is_some() {
-        CellStatus::Interrupted
-    } else if ex.deadline_hit {
-        CellStatus::Hang
-    } else if ex.outcomes.iter().all(|o| o.exit_code == Some(0)) {
-        CellStatus::Ok
-    } else {
-        CellStatus::Failed
-    };
+    let status = status(&ex);
     let any_hung_in_teardown = hung.iter().any(|h| h.phase.as_deref() == Some("teardown-start"));
     let teardown_s = if any_hung_in_teardown {
         None
@@ -201,154 +101,54 @@ pub fn run_cell(
         wall_s: ex.wall_s,
         teardown_s,
         hung,
-        processes: procs_out.into_iter().map(|(outcome, log, node)| Process { outcome, log, node }).collect(),
+        processes: fin.processes,
         markers: all_markers,
         nccl_version,
         transport,
         warn_lines,
         verdict: analysis.as_ref().map(|a| a.verdict),
-        rules: analysis
-            .as_ref()
-            .map(|a| {
-                a.findings
-                    .iter()
-                    .map(|f| RuleHit { id: f.rule.clone(), count: f.count, benign: f.benign, severity: f.severity })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        primary: analysis.as_ref().and_then(|a| a.primary.as_ref()).map(|p| Primary {
-            rule: p.rule.clone(),
-            title: p.title.clone(),
-            evidence: p.evidence.first().map(|e| e.text.clone()),
-            source: p.evidence.first().map(|e| {
-                Path::new(&e.source).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-            }),
-        }),
+        rules: rule_hits(analysis.as_ref()),
+        primary: primary(analysis.as_ref()),
         explain_error,
         leftovers: left,
-        step,
-        nodes,
-        rank_errors,
+        launch: fin.launch,
         stacks,
     })
 }
 
-fn specs(
-    plan: &Plan,
-    cp: &CellPlan,
-    cell_dir: &Path,
-    l: &Launcher,
-    stops: &Arc<Mutex<Stops>>,
-) -> anyhow::Result<Vec<Spec>> {
-    let local = local_specs(plan, cp, cell_dir, l)?;
-    match &l.via {
-        Via::Local => Ok(local),
-        // One program for every task or rank: the first local spec without its rank flags (the
-        // worker reads its place from Slurm's or torchrun's variables).
-        Via::Slurm(a) => {
-            let s = &local[0];
-            let args = without_place(&s.args);
-            let mut env = s.env.clone();
-            if plan.set_debug_file {
-                env.insert(
-                    "NCCL_DEBUG_FILE".into(),
-                    Some(cell_dir.join("nccl.%h.%p.log").to_string_lossy().into_owned()),
-                );
-            }
-            Ok(vec![a.step_spec(cell_dir, &s.program, &args, env, stops.clone())?])
-        }
-        Via::Torchrun(t) => {
-            let s = &local[0];
-            let ranks = match plan.workload {
-                Workload::Builtin { ranks } => Some(ranks),
-                Workload::Command(_) => l.ranks_flag,
-            };
-            let mut args = super::torchrun::agent_args(t, cell_dir, ranks);
-            args.push(s.program.clone());
-            args.extend(without_place(&s.args));
-            let mut env = s.env.clone();
-            if plan.set_debug_file {
-                env.insert(
-                    "NCCL_DEBUG_FILE".into(),
-                    Some(cell_dir.join("nccl.%h.%p.log").to_string_lossy().into_owned()),
-                );
-            }
-            Ok(vec![Spec {
-                label: "torchrun".into(),
-                program: "torchrun".into(),
-                args,
-                env,
-                log: cell_dir.join("torchrun.log"),
-                stopper: None,
-            }])
-        }
-    }
-}
-
-/// A worker's arguments without `--rank R --world N`.
-fn without_place(args: &[OsString]) -> Vec<OsString> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--rank" || a == "--world" {
-            it.next();
-        } else {
-            out.push(a.clone());
-        }
-    }
-    out
-}
-
-fn local_specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> anyhow::Result<Vec<Spec>> {
+/// What the cell runs: the worker with the cell's teardown mode and library, or the command with
+/// the variables that point it at the cell.
+fn work(h: &Harness, plan: &Plan, cp: &CellPlan, cell_dir: &Path, tag: &str) -> anyhow::Result<Work> {
     let mut env = plan.cell_env(cp);
-    env.insert(CELL_ENV.into(), Some(cell_dir.to_string_lossy().into_owned()));
+    env.insert(CELL_ENV.into(), Some(tag.to_string()));
     let lib = plan.value_of(cp, AxisKind::NcclLib).filter(|v| !v.is_empty());
-    let debug_file = |name: &str| Some(cell_dir.join(name).to_string_lossy().into_owned());
+    let debug_file = plan.set_debug_file;
     match &plan.workload {
         Workload::Builtin { ranks } => {
             let rdv = cell_dir.join("rendezvous");
             std::fs::create_dir(&rdv).with_context(|| format!("creating {}", rdv.display()))?;
-            let teardown = plan.value_of(cp, AxisKind::Teardown).unwrap_or("clean");
-            Ok((0..*ranks)
-                .map(|r| {
-                    let mut args: Vec<OsString> = vec!["worker".into()];
-                    let mut push = |k: &str, v: OsString| {
-                        args.push(k.into());
-                        args.push(v);
-                    };
-                    push("--rank", r.to_string().into());
-                    push("--world", ranks.to_string().into());
-                    push("--rendezvous", rdv.clone().into());
-                    push("--teardown", teardown.into());
-                    if let Some(lib) = lib {
-                        push("--nccl-lib", lib.into());
-                    }
-                    args.extend(l.workload_args.iter().cloned());
-                    let mut env = env.clone();
-                    if plan.set_debug_file {
-                        env.insert("NCCL_DEBUG_FILE".into(), debug_file(&format!("rank{r}.nccl.%p.log")));
-                    }
-                    Spec {
-                        label: r.to_string(),
-                        program: l.program.clone(),
-                        args,
-                        env,
-                        log: cell_dir.join(format!("rank{r}.log")),
-                        stopper: None,
-                    }
-                })
-                .collect())
+            let config = crate::worker::Config {
+                rank: None,
+                world: None,
+                rendezvous: rdv,
+                teardown: plan.value_of(cp, AxisKind::Teardown).unwrap_or("clean").to_string(),
+                nccl_lib: lib.map(PathBuf::from),
+                size: h.size,
+            };
+            Ok(Work {
+                program: h.worker_program.clone(),
+                what: WorkKind::Worker { ranks: *ranks, config },
+                env,
+                debug_file,
+            })
         }
         Workload::Command(cmd) => {
-            if plan.set_debug_file {
-                env.insert("NCCL_DEBUG_FILE".into(), debug_file("nccl.%p.log"));
-            }
             // Flight Recorder dumps (when the user turns the recorder on) land in the cell, where
             // explain reads them with the logs.
             if !env.contains_key(FR_FILE_ENV) && std::env::var_os(FR_FILE_ENV).is_none() {
-                env.insert(FR_FILE_ENV.into(), debug_file("nccl_trace_rank_"));
+                env.insert(FR_FILE_ENV.into(), Some(cell_dir.join("nccl_trace_rank_").to_string_lossy().into_owned()));
             }
-            if let Some(n) = l.ranks_flag {
+            if let Some(n) = h.ranks_flag {
                 env.insert("EPDOCTOR_RANKS".into(), Some(n.to_string()));
             }
             if let Some(lib) = lib {
@@ -360,21 +160,100 @@ fn local_specs(plan: &Plan, cp: &CellPlan, cell_dir: &Path, l: &Launcher) -> any
                 env.insert("LD_PRELOAD".into(), Some(pre));
                 env.insert("EPDOCTOR_NCCL_LIB".into(), Some(lib.to_string()));
             }
-            Ok(vec![Spec {
-                label: "cmd".into(),
-                program: cmd[0].clone().into(),
-                args: cmd[1..].iter().map(OsString::from).collect(),
-                env,
-                log: cell_dir.join("cmd.log"),
-                stopper: None,
-            }])
+            let what = WorkKind::Command { args: cmd[1..].iter().map(OsString::from).collect() };
+            Ok(Work { program: cmd[0].clone().into(), what, env, debug_file })
         }
     }
 }
 
+/// Marker lines of every rank, from every log of the cell.
+fn cell_markers(cell_dir: &Path) -> BTreeMap<String, RankMarkers> {
+    let mut all: BTreeMap<String, RankMarkers> = BTreeMap::new();
+    for p in log_files(cell_dir).iter().filter(|p| !p.ends_with(HARNESS_FILE)) {
+        for (rank, m) in markers::parse_file(p) {
+            let e = all.entry(rank).or_default();
+            e.phases.extend(m.phases);
+            e.keys.extend(m.keys);
+            e.notes.extend(m.notes);
+            if !m.last.is_empty() {
+                e.last = m.last;
+            }
+        }
+    }
+    all
+}
+
+/// harness.log: what the harness did and saw, in the order it happened.
+fn write_harness_log(
+    cell_dir: &Path,
+    ex: &Execution,
+    fin: &Finish,
+    probe_lines: Vec<String>,
+    hung: &[Hung],
+    left: &Leftovers,
+) -> anyhow::Result<()> {
+    let mut lines = ex.lines.clone();
+    lines.extend(fin.stop_lines.iter().cloned());
+    lines.extend(fin.processes.iter().filter_map(|p| launch::exit_line(&p.outcome)));
+    lines.extend(fin.notes.iter().cloned());
+    lines.extend(probe_lines);
+    for h in hung {
+        if let Some(p) = &h.phase {
+            lines.push(format!("{} rank={} last phase={p}", launch::HARNESS_PREFIX, h.rank));
+        }
+    }
+    lines.extend(leftovers::lines(left));
+    let path = cell_dir.join(HARNESS_FILE);
+    let mut f = std::fs::File::options()
+        .create_new(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    for l in &lines {
+        writeln!(f, "{l}")?;
+    }
+    Ok(())
+}
+
+fn status(ex: &Execution) -> CellStatus {
+    if ex.outcomes.iter().any(|o| o.launch_error.is_some()) {
+        CellStatus::LaunchError
+    } else if ex.interrupted_by.is_some() {
+        CellStatus::Interrupted
+    } else if ex.deadline_hit {
+        CellStatus::Hang
+    } else if ex.outcomes.iter().all(|o| o.exit_code == Some(0)) {
+        CellStatus::Ok
+    } else {
+        CellStatus::Failed
+    }
+}
+
+fn rule_hits(a: Option<&Analysis>) -> Vec<RuleHit> {
+    a.map(|a| {
+        a.findings
+            .iter()
+            .map(|f| RuleHit { id: f.rule.clone(), count: f.count, benign: f.benign, severity: f.severity })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn primary(a: Option<&Analysis>) -> Option<Primary> {
+    a.and_then(|a| a.primary.as_ref()).map(|p| Primary {
+        rule: p.rule.clone(),
+        title: p.title.clone(),
+        evidence: p.evidence.first().map(|e| e.text.clone()),
+        source: p
+            .evidence
+            .first()
+            .map(|e| Path::new(&e.source).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()),
+    })
+}
+
 /// Ranks stopped at the deadline, with the phase each was in. For a command, the ranks inside it
 /// are known only from markers it printed.
-fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMarkers>, per_task: bool) -> Vec<Hung> {
+fn hung_ranks(plan: &Plan, ex: &Execution, m: &BTreeMap<String, RankMarkers>, ranks: Ranks) -> Vec<Hung> {
     if !ex.deadline_hit {
         return Vec::new();
     }
@@ -384,11 +263,11 @@ fn hung_ranks(plan: &Plan, ex: &launch::Execution, m: &BTreeMap<String, RankMark
         let last = m.get(rank).map(|x| x.last.clone()).filter(|l| !l.is_empty() && !l.starts_with("phase="));
         Hung { rank: rank.to_string(), phase: phase.map(String::from), for_s, last, waits: None }
     };
-    match plan.workload {
-        _ if per_task => {
-            ex.outcomes.iter().filter(|o| o.deadline && o.label != "srun").map(|o| hung(&o.label)).collect()
+    match (ranks, &plan.workload) {
+        (Ranks::Tasks { launcher }, _) => {
+            ex.outcomes.iter().filter(|o| o.deadline && o.label != launcher).map(|o| hung(&o.label)).collect()
         }
-        Workload::Builtin { .. } if matches!(ex.outcomes.first(), Some(o) if o.label != "torchrun") => {
+        (Ranks::Processes, Workload::Builtin { .. }) => {
             ex.outcomes.iter().filter(|o| o.deadline).map(|o| hung(&o.label)).collect()
         }
         _ => {
@@ -411,7 +290,7 @@ fn phase_words(p: &str) -> &str {
     }
 }
 
-fn detail(status: CellStatus, ex: &launch::Execution, hung: &[Hung], timeout: f64) -> String {
+fn detail(status: CellStatus, ex: &Execution, hung: &[Hung], timeout: f64) -> String {
     match status {
         CellStatus::Ok => "ok".into(),
         CellStatus::Hang => {
@@ -471,7 +350,7 @@ pub fn log_files(cell_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(cell_dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
         .unwrap_or_default();
-    v.extend(super::torchrun::rank_logs(cell_dir).into_iter().map(|f| f.path));
+    v.extend(super::launcher::torchrun::rank_logs(cell_dir).into_iter().map(|f| f.path));
     v.sort();
     v
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::result::{AxisOut, Cell, CellStatus, Change, Effect, Site};
+use crate::model::run::{AxisOut, Cell, CellStatus, Change, Effect, Site};
 
 /// Outcomes are compared like rules, under these names.
 pub fn outcome_items(c: &Cell) -> Vec<String> {
@@ -116,80 +116,11 @@ pub fn sites(axes: &[AxisOut], cells: &[Cell]) -> Vec<Site> {
     out
 }
 
-/// One line per effect, for text and Markdown.
-pub fn effect_line(e: &Effect) -> String {
-    let mut s = format!("{}={} vs {}={}", e.axis, e.value, e.axis, e.baseline);
-    if e.comparisons == 0 {
-        s.push_str(": no pair of finished cells to compare");
-        return s;
-    }
-    let list = |sign: char, changes: &[Change]| -> String {
-        changes
-            .iter()
-            .map(|c| {
-                let ctx: Vec<&str> = c.contexts.iter().map(String::as_str).filter(|x| !x.is_empty()).collect();
-                if c.contexts.len() == e.comparisons || ctx.is_empty() {
-                    format!("{sign}{}", c.item)
-                } else {
-                    format!("{sign}{} (only with {})", c.item, ctx.join("; "))
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut parts = Vec::new();
-    if !e.appear.is_empty() {
-        parts.push(format!("appears {}", list('+', &e.appear)));
-    }
-    if !e.vanish.is_empty() {
-        parts.push(format!("vanishes {}", list('-', &e.vanish)));
-    }
-    if parts.is_empty() {
-        parts.push("no rule or outcome changes".into());
-    }
-    let pct = if e.warn_baseline > 0.0 {
-        format!(" ({:+.0} %)", (e.warn_value - e.warn_baseline) / e.warn_baseline * 100.0)
-    } else {
-        String::new()
-    };
-    format!(
-        "{s} ({} pair{}): {}; WARN lines {} -> {}{pct}",
-        e.comparisons,
-        if e.comparisons == 1 { "" } else { "s" },
-        parts.join("; "),
-        num(e.warn_baseline),
-        num(e.warn_value)
-    )
-}
-
-pub fn site_line(s: &Site) -> String {
-    let cond = s.when.iter().map(|(a, v)| format!("{a}={v}")).collect::<Vec<_>>().join(" and ");
-    let head = format!("{}: in {} of {} settings", s.item, s.fired, s.total);
-    if s.fired == s.total {
-        format!("{head}, every setting")
-    } else if s.exact {
-        format!("{head}, exactly when {cond}")
-    } else if !cond.is_empty() {
-        format!("{head}, only with {cond} (not in every such setting)")
-    } else {
-        format!("{head}: {}", s.settings.join("; "))
-    }
-}
-
-fn num(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.1}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::run::{effect_line, site_line, AxisKind, AxisValueOut, Leftovers, RuleHit};
     use crate::model::Severity;
-    use crate::repro::leftovers::Leftovers;
-    use crate::repro::result::{AxisKind, AxisValueOut, RuleHit};
 
     fn axis(name: &str, labels: &[&str]) -> AxisOut {
         AxisOut {
@@ -224,9 +155,7 @@ mod tests {
             primary: None,
             explain_error: None,
             leftovers: Leftovers::default(),
-            step: None,
-            nodes: vec![],
-            rank_errors: vec![],
+            launch: Default::default(),
             stacks: vec![],
         }
     }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
+
+pub use crate::model::run::Outcome;
 
 /// One process to start.
 #[derive(Debug, Clone)]
@@ -43,52 +44,6 @@ fn stop_one(spec: &Spec, pid: i32, sig: Signal) {
     match &spec.stopper {
         Some(s) => (s.0)(pid, sig),
         None => signal_group(pid, sig),
-    }
-}
-
-/// How one process ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
-    pub label: String,
-    pub pid: Option<u32>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub signal_name: Option<String>,
-    /// It was still running at the deadline and got SIGTERM.
-    pub deadline: bool,
-    /// It was still running when epdoctor was interrupted and got SIGTERM.
-    pub interrupted: bool,
-    /// It was still running after the grace period and got SIGKILL.
-    pub sigkill: bool,
-    /// It did not exit even after SIGKILL (stuck in the kernel or driver).
-    pub unkillable: bool,
-    pub launch_error: Option<String>,
-    /// Seconds from the start of the cell to the end of this process.
-    pub end_s: Option<f64>,
-}
-
-impl Outcome {
-    /// `0`, `3`, `SIGKILL`, `deadline/SIGTERM`, ...: what the table shows for this process.
-    pub fn short(&self) -> String {
-        if self.launch_error.is_some() {
-            return "not started".into();
-        }
-        if self.unkillable {
-            return "unkillable".into();
-        }
-        let end = match (self.exit_code, &self.signal_name, self.signal) {
-            (Some(c), _, _) => c.to_string(),
-            (None, Some(n), _) => n.clone(),
-            (None, None, Some(s)) => format!("signal {s}"),
-            _ => "?".into(),
-        };
-        if self.deadline {
-            format!("deadline/{end}")
-        } else if self.interrupted {
-            format!("interrupted/{end}")
-        } else {
-            end
-        }
     }
 }
 
@@ -162,26 +117,7 @@ pub fn execute(
         start_unix,
         pgids: Vec::new(),
     };
-    let mut procs: Vec<Running> = Vec::new();
-    let mut launch_failed = false;
-    for (i, spec) in specs.iter().enumerate() {
-        match spawn(spec) {
-            Ok(child) => {
-                let pid = child.id() as i32;
-                ex.outcomes[i].pid = Some(child.id());
-                ex.pgids.push(pid);
-                procs.push(Running { child: Some(child), pid });
-            }
-            Err(e) => {
-                let msg = format!("{:#}", e);
-                ex.lines.push(format!("{HARNESS_PREFIX} rank={} launch failed: {msg}", spec.label));
-                ex.outcomes[i].launch_error = Some(msg);
-                procs.push(Running { child: None, pid: 0 });
-                launch_failed = true;
-            }
-        }
-    }
-
+    let (mut procs, launch_failed) = spawn_all(specs, &mut ex);
     let deadline = start + limits.timeout;
     let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
@@ -196,21 +132,7 @@ pub fn execute(
         kill_at = Some(Instant::now());
     }
     loop {
-        for (i, p) in procs.iter_mut().enumerate() {
-            let Some(child) = p.child.as_mut() else { continue };
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let o = &mut ex.outcomes[i];
-                    o.exit_code = status.code();
-                    o.signal = status.signal();
-                    o.signal_name = status.signal().map(signal_name);
-                    o.end_s = Some(start.elapsed().as_secs_f64());
-                    p.child = None;
-                }
-                Ok(None) => {}
-                Err(_) => p.child = None,
-            }
-        }
+        reap(&mut procs, &mut ex, start);
         let running: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].child.is_some()).collect();
         if running.is_empty() {
             break;
@@ -234,18 +156,7 @@ pub fn execute(
             }
         }
         if term_at.is_none() && now >= deadline {
-            ex.deadline_hit = true;
-            let alive: Vec<(String, i32)> = running.iter().map(|&i| (specs[i].label.clone(), procs[i].pid)).collect();
-            ex.lines.extend(at_deadline(&alive).into_iter().map(|l| format!("{HARNESS_PREFIX} {l}")));
-            for &i in &running {
-                ex.lines.push(format!(
-                    "{HARNESS_PREFIX} rank={} deadline: still running after {}s, sent SIGTERM",
-                    specs[i].label,
-                    secs(limits.timeout)
-                ));
-                ex.outcomes[i].deadline = true;
-                stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
-            }
+            deadline_stop(specs, &procs, &running, limits, at_deadline, &mut ex);
             // The grace period starts at the SIGTERM, after the stacks were taken.
             term_at = Some(Instant::now());
             ex.stop_unix = Some(unix_now());
@@ -274,6 +185,72 @@ pub fn execute(
     }
     ex.wall_s = start.elapsed().as_secs_f64();
     ex
+}
+
+/// Start every spec; a spec that cannot start gets its launch error (and a pid of 0).
+fn spawn_all(specs: &[Spec], ex: &mut Execution) -> (Vec<Running>, bool) {
+    let mut procs: Vec<Running> = Vec::new();
+    let mut launch_failed = false;
+    for (i, spec) in specs.iter().enumerate() {
+        match spawn(spec) {
+            Ok(child) => {
+                let pid = child.id() as i32;
+                ex.outcomes[i].pid = Some(child.id());
+                ex.pgids.push(pid);
+                procs.push(Running { child: Some(child), pid });
+            }
+            Err(e) => {
+                let msg = format!("{:#}", e);
+                ex.lines.push(format!("{HARNESS_PREFIX} rank={} launch failed: {msg}", spec.label));
+                ex.outcomes[i].launch_error = Some(msg);
+                procs.push(Running { child: None, pid: 0 });
+                launch_failed = true;
+            }
+        }
+    }
+    (procs, launch_failed)
+}
+
+/// Note the end of every process that has exited since the last look.
+fn reap(procs: &mut [Running], ex: &mut Execution, start: Instant) {
+    for (i, p) in procs.iter_mut().enumerate() {
+        let Some(child) = p.child.as_mut() else { continue };
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let o = &mut ex.outcomes[i];
+                o.exit_code = status.code();
+                o.signal = status.signal();
+                o.signal_name = status.signal().map(signal_name);
+                o.end_s = Some(start.elapsed().as_secs_f64());
+                p.child = None;
+            }
+            Ok(None) => {}
+            Err(_) => p.child = None,
+        }
+    }
+}
+
+/// At the deadline: `at_deadline` (the stacks) first, then SIGTERM to each process still running.
+fn deadline_stop(
+    specs: &[Spec],
+    procs: &[Running],
+    running: &[usize],
+    limits: &Limits,
+    at_deadline: &mut AtDeadline,
+    ex: &mut Execution,
+) {
+    ex.deadline_hit = true;
+    let alive: Vec<(String, i32)> = running.iter().map(|&i| (specs[i].label.clone(), procs[i].pid)).collect();
+    ex.lines.extend(at_deadline(&alive).into_iter().map(|l| format!("{HARNESS_PREFIX} {l}")));
+    for &i in running {
+        ex.lines.push(format!(
+            "{HARNESS_PREFIX} rank={} deadline: still running after {}s, sent SIGTERM",
+            specs[i].label,
+            secs(limits.timeout)
+        ));
+        ex.outcomes[i].deadline = true;
+        stop_one(&specs[i], procs[i].pid, Signal::SIGTERM);
+    }
 }
 
 const POLL: Duration = Duration::from_millis(10);

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde::{Deserialize, Serialize};
 
 use super::launch::{signal_group, HARNESS_PREFIX};
 
+pub use crate::model::run::{LeftoverProcess, Leftovers};
 use crate::sys::names::{is_gpu_node, is_nccl_shm, is_nccl_socket};
 use crate::sys::procs::{self, FdTarget};
 
@@ -22,79 +22,27 @@ pub struct Membership {
     pub env: Option<(String, String)>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LeftoverProcess {
-    pub pid: i32,
-    pub pgid: i32,
-    pub cmd: String,
-    /// GPU device nodes it had open (/dev/nvidiaN): it still held a CUDA context and its memory.
-    pub gpu: Vec<String>,
-    /// Still there after SIGKILL.
-    pub survived_kill: bool,
-    /// The node it ran on (Slurm: from that node's leftovers probe).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    /// Inodes of the sockets it holds (to attribute NCCL's abstract sockets).
-    #[serde(skip)]
-    pub socket_inodes: Vec<u64>,
+/// The harness.log lines about what a cell left behind.
+pub fn lines(l: &Leftovers) -> Vec<String> {
+    l.facts().into_iter().map(|f| format!("{HARNESS_PREFIX} {f}")).collect()
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Leftovers {
-    pub processes: Vec<LeftoverProcess>,
-    pub shm: Vec<String>,
-    pub sockets: Vec<String>,
-    /// Slurm: the nodes whose leftovers probe answered (shm files and sockets of all of them are above).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub probed_nodes: Vec<String>,
-}
+/// How long exiting processes get before they count as left behind.
+const SETTLE: Duration = Duration::from_millis(500);
+const KILL_WAIT: Duration = Duration::from_secs(5);
 
-impl Leftovers {
-    pub fn is_empty(&self) -> bool {
-        self.processes.is_empty() && self.shm.is_empty() && self.sockets.is_empty()
+/// This host's part of what a cell left behind: once its processes had `SETTLE` to exit, the
+/// NCCL sockets those still alive hold and (with `shm`: the snapshot from before the cell and the
+/// folder) the NCCL shm files new since; then the processes are killed and added.
+pub fn collect_here(m: &Membership, shm: Option<(&Before, &Path)>, left: &mut Leftovers) {
+    let mut procs = settle(m, SETTLE);
+    // Sockets are looked at while their holders are still alive.
+    if let Some((before, dir)) = shm {
+        left.shm = new_shm(before, dir);
     }
-
-    /// `1 proc (GPU), 2 shm, 1 sock` or `-`.
-    pub fn short(&self) -> String {
-        let mut parts = Vec::new();
-        if !self.processes.is_empty() {
-            let gpu = if self.processes.iter().any(|p| !p.gpu.is_empty()) { " (GPU)" } else { "" };
-            parts.push(format!("{} proc{gpu}", self.processes.len()));
-        }
-        if !self.shm.is_empty() {
-            parts.push(format!("{} shm", self.shm.len()));
-        }
-        if !self.sockets.is_empty() {
-            parts.push(format!("{} sock", self.sockets.len()));
-        }
-        if parts.is_empty() {
-            "-".into()
-        } else {
-            parts.join(", ")
-        }
-    }
-
-    /// The harness.log facts.
-    pub fn lines(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for p in &self.processes {
-            let node = p.node.as_ref().map(|n| format!(" node={n}")).unwrap_or_default();
-            out.push(format!("{HARNESS_PREFIX} leftover process pid={}{node} cmd={}", p.pid, p.cmd));
-            for g in &p.gpu {
-                out.push(format!("{HARNESS_PREFIX} leftover gpu pid={} device={g}", p.pid));
-            }
-            if p.survived_kill {
-                out.push(format!("{HARNESS_PREFIX} leftover process pid={} survived SIGKILL", p.pid));
-            }
-        }
-        for f in &self.shm {
-            out.push(format!("{HARNESS_PREFIX} leftover /dev/shm/{f}"));
-        }
-        for s in &self.sockets {
-            out.push(format!("{HARNESS_PREFIX} leftover socket {s}"));
-        }
-        out
-    }
+    left.sockets.extend(held_sockets(&procs));
+    kill_all(m, &mut procs, KILL_WAIT);
+    left.processes.extend(procs);
 }
 
 /// Where NCCL's shm files are looked for: /dev/shm, or `EPDOCTOR_SHM_DIR` (a test hook, so tests
@@ -342,7 +290,7 @@ garbage line that must not hide the others
         reaper.join().unwrap();
         assert!(left.iter().all(|p| !p.survived_kill));
         assert!(cell_processes(&m).is_empty());
-        let lines = Leftovers { processes: left, ..Default::default() }.lines();
+        let lines = lines(&Leftovers { processes: left, ..Default::default() });
         assert!(lines.iter().any(|l| l.ends_with("cmd=sleep 301")), "{lines:?}");
     }
 }

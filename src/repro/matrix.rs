@@ -110,105 +110,28 @@ impl Host {
 }
 
 /// Validate the flags and build the plan; every usage error is found here, before any work, and
-/// all of them are returned together.
+/// all of them are returned together (in the order of the flags they name).
 pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
     let mut problems: Vec<String> = Vec::new();
-    let mut bad = |p: String| problems.push(p);
     if args.repeat == 0 {
-        bad("--repeat must be at least 1".into());
+        problems.push("--repeat must be at least 1".into());
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        bad(format!("--timeout must be a positive number of seconds, got {}", args.timeout));
+        problems.push(format!("--timeout must be a positive number of seconds, got {}", args.timeout));
     }
     if !(args.grace.is_finite() && args.grace >= 0.0) {
-        bad(format!("--grace must be zero or a positive number of seconds, got {}", args.grace));
+        problems.push(format!("--grace must be zero or a positive number of seconds, got {}", args.grace));
     }
-    let workload = if args.command.is_empty() {
-        let ranks = match args.ranks {
-            Some(0) => {
-                bad("--ranks must be at least 1".into());
-                1
-            }
-            Some(n) if n > 64 => {
-                bad(format!("--ranks {n} is more than this harness runs on one host (64)"));
-                n
-            }
-            Some(n) => n,
-            None if ctx.gpus >= 2 => ctx.gpus.min(8),
-            None => 2,
-        };
-        Workload::Builtin { ranks }
-    } else {
-        if !args.teardown.is_empty() {
-            bad("--teardown applies to the built-in workload only; with `-- CMD` your command decides how it ends"
-                .into());
-        }
-        if args.command[0].is_empty() {
-            bad("the command after `--` is empty".into());
-        }
-        Workload::Command(args.command.clone())
-    };
-
-    let mut axes = Vec::new();
-    let mut libs = Vec::new();
-    for p in &args.nccl_lib {
-        // `--nccl system`: the loader's choice, as a value beside the libraries.
-        if p.as_os_str().is_empty() {
-            if libs.iter().any(String::is_empty) {
-                bad("--nccl system given twice".into());
-            } else {
-                libs.push(String::new());
-            }
-            continue;
-        }
-        match std::fs::metadata(p) {
-            Err(e) => bad(format!("--nccl-lib {}: {e}", p.display())),
-            Ok(m) if !m.is_file() => {
-                bad(format!("--nccl-lib {} is not a file (give the path of a libnccl.so)", p.display()))
-            }
-            Ok(_) => {
-                let abs = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
-                let s = abs.to_string_lossy().into_owned();
-                if libs.contains(&s) {
-                    bad(format!("--nccl-lib {} given twice", p.display()));
-                } else {
-                    libs.push(s);
-                }
-            }
-        }
-    }
-    if libs.is_empty() {
-        libs.push(String::new());
-    }
-    axes.push(Axis { kind: AxisKind::NcclLib, name: "nccl-lib".into(), values: libs });
-
+    let workload = workload(args, ctx, &mut problems);
+    let mut axes = vec![lib_axis(&args.nccl_lib, &mut problems)];
     if matches!(workload, Workload::Builtin { .. }) {
-        let mut modes: Vec<String> = Vec::new();
-        for m in &args.teardown {
-            let m = m.trim();
-            if !teardown_mode_names().any(|k| k == m) {
-                bad(format!(
-                    "unknown teardown mode {m:?}; the modes are: {}",
-                    teardown_mode_names().collect::<Vec<_>>().join(", ")
-                ));
-            } else if modes.iter().any(|x| x == m) {
-                bad(format!("teardown mode {m:?} given twice"));
-            } else {
-                modes.push(m.to_string());
-            }
-        }
-        if modes.is_empty() {
-            modes = teardown_mode_names().map(String::from).collect();
-        }
-        axes.push(Axis { kind: AxisKind::Teardown, name: "teardown".into(), values: modes });
+        axes.push(teardown_axis(&args.teardown, &mut problems));
     }
-
     for spec in &args.env {
         match parse_env_axis(spec) {
-            Err(e) => bad(format!("{e:#}")),
-            Ok(axis) if axes.iter().any(|a| a.kind == AxisKind::Env && a.name == axis.name) => {
-                bad(format!("--env {} given twice; put every value in one --env {}=v1,v2", axis.name, axis.name))
-            }
+            Err(e) => problems.push(format!("{e:#}")),
+            Ok(axis) if axes.iter().any(|a| a.kind == AxisKind::Env && a.name == axis.name) => problems
+                .push(format!("--env {} given twice; put every value in one --env {}=v1,v2", axis.name, axis.name)),
             Ok(axis) => axes.push(axis),
         }
     }
@@ -223,11 +146,111 @@ pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
         fixed_env.push(("NCCL_DEBUG".to_string(), "WARN".to_string()));
     }
     let set_debug_file = !user_sets("NCCL_DEBUG_FILE");
+    let cells = cells(&axes, args.repeat);
+    Ok(Plan {
+        workload,
+        axes,
+        fixed_env,
+        set_debug_file,
+        repeat: args.repeat,
+        timeout_s: args.timeout,
+        grace_s: args.grace,
+        cells,
+    })
+}
 
+/// The built-in worker (`--ranks` of them, else one per GPU up to 8, else 2) or the command.
+fn workload(args: &super::Config, ctx: &Host, problems: &mut Vec<String>) -> Workload {
+    if args.command.is_empty() {
+        let ranks = match args.ranks {
+            Some(0) => {
+                problems.push("--ranks must be at least 1".into());
+                1
+            }
+            Some(n) if n > 64 => {
+                problems.push(format!("--ranks {n} is more than this harness runs on one host (64)"));
+                n
+            }
+            Some(n) => n,
+            None if ctx.gpus >= 2 => ctx.gpus.min(8),
+            None => 2,
+        };
+        return Workload::Builtin { ranks };
+    }
+    if !args.teardown.is_empty() {
+        problems.push(
+            "--teardown applies to the built-in workload only; with `-- CMD` your command decides how it ends".into(),
+        );
+    }
+    if args.command[0].is_empty() {
+        problems.push("the command after `--` is empty".into());
+    }
+    Workload::Command(args.command.clone())
+}
+
+/// `--nccl-lib` (each an existing file, once), or the loader's choice.
+fn lib_axis(paths: &[PathBuf], problems: &mut Vec<String>) -> Axis {
+    let mut libs = Vec::new();
+    for p in paths {
+        // `--nccl system`: the loader's choice, as a value beside the libraries.
+        if p.as_os_str().is_empty() {
+            if libs.iter().any(String::is_empty) {
+                problems.push("--nccl system given twice".into());
+            } else {
+                libs.push(String::new());
+            }
+            continue;
+        }
+        match std::fs::metadata(p) {
+            Err(e) => problems.push(format!("--nccl-lib {}: {e}", p.display())),
+            Ok(m) if !m.is_file() => {
+                problems.push(format!("--nccl-lib {} is not a file (give the path of a libnccl.so)", p.display()))
+            }
+            Ok(_) => {
+                let abs = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
+                let s = abs.to_string_lossy().into_owned();
+                if libs.contains(&s) {
+                    problems.push(format!("--nccl-lib {} given twice", p.display()));
+                } else {
+                    libs.push(s);
+                }
+            }
+        }
+    }
+    if libs.is_empty() {
+        libs.push(String::new());
+    }
+    Axis { kind: AxisKind::NcclLib, name: "nccl-lib".into(), values: libs }
+}
+
+/// `--teardown` (each a mode of the worker, once), or every mode.
+fn teardown_axis(given: &[String], problems: &mut Vec<String>) -> Axis {
+    let mut modes: Vec<String> = Vec::new();
+    for m in given {
+        let m = m.trim();
+        if !teardown_mode_names().any(|k| k == m) {
+            problems.push(format!(
+                "unknown teardown mode {m:?}; the modes are: {}",
+                teardown_mode_names().collect::<Vec<_>>().join(", ")
+            ));
+        } else if modes.iter().any(|x| x == m) {
+            problems.push(format!("teardown mode {m:?} given twice"));
+        } else {
+            modes.push(m.to_string());
+        }
+    }
+    if modes.is_empty() {
+        modes = teardown_mode_names().map(String::from).collect();
+    }
+    Axis { kind: AxisKind::Teardown, name: "teardown".into(), values: modes }
+}
+
+/// The cartesian product of the axes, last axis fastest, each setting `repeat` times in a row.
+fn cells(axes: &[Axis], repeat: usize) -> Vec<CellPlan> {
     let mut cells = Vec::new();
     let mut idx = vec![0usize; axes.len()];
     'outer: loop {
-        for r in 1..=args.repeat {
+        for r in 1..=repeat {
             cells.push(CellPlan { index: cells.len() + 1, values: idx.clone(), repeat: r });
         }
         // Odometer over the axes, last axis fastest.
@@ -240,17 +263,7 @@ pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
         }
         break;
     }
-
-    Ok(Plan {
-        workload,
-        axes,
-        fixed_env,
-        set_debug_file,
-        repeat: args.repeat,
-        timeout_s: args.timeout,
-        grace_s: args.grace,
-        cells,
-    })
+    cells
 }
 
 /// `NAME=v1,v2,...`; an empty value means "unset".
@@ -288,115 +301,4 @@ pub fn count_gpus() -> usize {
         return v.split(',').map(str::trim).take_while(|s| !s.is_empty() && !s.starts_with('-')).count();
     }
     crate::sys::procs::nvidia_gpu_count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    fn args(extra: &[&str]) -> super::super::Config {
-        #[derive(Parser)]
-        struct W {
-            #[command(flatten)]
-            a: crate::cli::ReproArgs,
-        }
-        let mut v = vec!["x"];
-        v.extend_from_slice(extra);
-        W::try_parse_from(v).unwrap().a.config()
-    }
-
-    fn ctx(gpus: usize, set: &'static [&'static str]) -> Host {
-        Host { env_is_set: Box::new(move |k| set.contains(&k)), gpus }
-    }
-
-    #[test]
-    fn product_of_axes_last_fastest() {
-        let p = plan(&args(&["--teardown", "clean,abort", "--env", "A=1,2,3"]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cells.len(), 6);
-        let v: Vec<_> = p.cells.iter().map(|c| c.values.clone()).collect();
-        assert_eq!(v[0], vec![0, 0, 0]);
-        assert_eq!(v[1], vec![0, 0, 1]);
-        assert_eq!(v[3], vec![0, 1, 0]);
-        let labels: Vec<String> = p.axes.iter().zip(&p.cells[5].values).map(|(a, &i)| a.label(i)).collect();
-        assert_eq!(labels, ["default", "abort", "3"]);
-    }
-
-    #[test]
-    fn defaults_every_mode_warn_and_ranks() {
-        let p = plan(&args(&[]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cells.len(), crate::worker::Teardown::ALL.len());
-        assert_eq!(p.fixed_env, vec![("NCCL_DEBUG".into(), "WARN".into())]);
-        assert!(p.set_debug_file);
-        assert!(matches!(p.workload, Workload::Builtin { ranks: 2 }));
-        let p = plan(&args(&[]), &ctx(16, &[])).unwrap();
-        assert!(matches!(p.workload, Workload::Builtin { ranks: 8 }));
-        let p = plan(&args(&[]), &ctx(4, &[])).unwrap();
-        assert!(matches!(p.workload, Workload::Builtin { ranks: 4 }));
-    }
-
-    #[test]
-    fn user_debug_settings_are_kept() {
-        let p = plan(&args(&["--env", "NCCL_DEBUG=INFO,WARN"]), &ctx(1, &[])).unwrap();
-        assert!(p.fixed_env.is_empty());
-        let p = plan(&args(&[]), &ctx(1, &["NCCL_DEBUG", "NCCL_DEBUG_FILE"])).unwrap();
-        assert!(p.fixed_env.is_empty());
-        assert!(!p.set_debug_file);
-    }
-
-    #[test]
-    fn worker_settings_can_be_an_axis() {
-        let p = plan(&args(&["--teardown", "clean", "--env", "EPDOCTOR_BARRIER_TIMEOUT=5,60"]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cells.len(), 2);
-    }
-
-    #[test]
-    fn repeat_multiplies_cells() {
-        let p = plan(&args(&["--teardown", "clean", "--repeat", "3"]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cells.iter().map(|c| c.repeat).collect::<Vec<_>>(), vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn empty_env_value_means_unset() {
-        let p = plan(&args(&["--teardown", "clean", "--env", "X=,1"]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.cell_env(&p.cells[0]).get("X"), Some(&None));
-        assert_eq!(p.cell_env(&p.cells[1]).get("X"), Some(&Some("1".into())));
-        assert_eq!(p.axes[2].label(0), "(unset)");
-    }
-
-    #[test]
-    fn command_mode_has_no_teardown_axis() {
-        let p = plan(&args(&["--", "python3", "x.py"]), &ctx(1, &[])).unwrap();
-        assert_eq!(p.axes.len(), 1);
-        assert_eq!(p.cells.len(), 1);
-        let e = plan(&args(&["--teardown", "abort", "--", "true"]), &ctx(1, &[])).unwrap_err();
-        assert!(e[0].contains("built-in workload only"), "{e:?}");
-    }
-
-    #[test]
-    fn bad_input_is_named() {
-        let c = ctx(1, &[]);
-        for (a, want) in [
-            (vec!["--teardown", "explode"], "unknown teardown mode \"explode\""),
-            (vec!["--teardown", "clean,clean"], "given twice"),
-            (vec!["--env", "NOEQUALS"], "expected NAME=V1,V2"),
-            (vec!["--env", "1X=a"], "is not a variable name"),
-            (vec!["--env", "A=1", "--env", "A=2"], "given twice"),
-            (vec!["--env", "A=1,1"], "value \"1\" given twice"),
-            (vec!["--env", "EPDOCTOR_CELL_DIR=x"], "marks the cell's processes"),
-            (vec!["--ranks", "0"], "at least 1"),
-            (vec!["--repeat", "0"], "at least 1"),
-            (vec!["--timeout", "0"], "positive"),
-            (vec!["--timeout", "NaN"], "positive"),
-            (vec!["--grace=-1"], "--grace"),
-            (vec!["--nccl-lib", "/nonexistent/libnccl.so.2"], "/nonexistent/libnccl.so.2"),
-            (vec!["--nccl-lib", "/"], "is not a file"),
-        ] {
-            let e = plan(&args(&a), &c).unwrap_err();
-            assert!(e.len() == 1 && e[0].contains(want), "{a:?}: {e:?}");
-        }
-        // All at once: each named.
-        let e = plan(&args(&["--teardown", "explode", "--repeat", "0", "--env", "1X=a"]), &c).unwrap_err();
-        assert_eq!(e.len(), 3, "{e:?}");
-    }
 }

@@ -10,28 +10,28 @@ pub mod cell;
 pub mod compare;
 pub mod interrupt;
 pub mod launch;
+pub mod launcher;
 pub mod leftovers;
 pub mod matrix;
 pub mod nccl_axis;
-pub mod result;
-pub mod slurm;
+pub mod reporter;
 pub mod stacks;
-pub mod torchrun;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::Typed;
+use crate::model::run::{
+    self as result, AxisKind, AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE,
+};
 use crate::model::Analysis;
 use crate::output::repro as render;
 use crate::rules::Engine;
 use matrix::{Plan, Workload};
-use result::{AxisKind, AxisOut, AxisValueOut, CellStatus, Run, RunStatus, CELLS_FILE, REPORT_FILE};
+use reporter::{Event, Reporter};
 
 pub const WORKER_CMD_ENV: &str = "EPDOCTOR_WORKER_CMD";
 /// Names the cell's processes (and their children) in their environment; the value is the cell folder.
@@ -85,7 +85,7 @@ pub struct Config {
     pub grace: f64,
     pub out: Option<PathBuf>,
     pub size: crate::worker::Size,
-    /// No progress bar, no per-cell lines.
+    /// No progress bar, no per-cell lines, no notes while fetching NCCL releases.
     pub quiet: bool,
     pub rules: crate::rules::RuleSource,
     /// The user's command (empty: the built-in workload).
@@ -94,30 +94,7 @@ pub struct Config {
     pub launch: LaunchConfig,
 }
 
-/// How each cell's ranks start (docs/repro.md, "Across nodes"); from `--launcher` and its flags.
-#[derive(Debug, Clone, Default)]
-pub struct LaunchConfig {
-    pub launcher: LauncherKind,
-    /// slurm, torchrun: nodes per cell.
-    pub nodes: Option<usize>,
-    /// slurm, torchrun: ranks per node.
-    pub ntasks_per_node: Option<usize>,
-    /// slurm: partition and time limit of the allocation epdoctor asks for.
-    pub partition: Option<String>,
-    pub time: Option<String>,
-    /// slurm: more arguments for every srun.
-    pub srun_args: Vec<String>,
-    /// torchrun: rendezvous endpoint HOST:PORT (None: a local one).
-    pub rdzv_endpoint: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum LauncherKind {
-    #[default]
-    Local,
-    Slurm,
-    Torchrun,
-}
+pub use launcher::{LaunchConfig, LauncherKind};
 
 /// A finished (or interrupted) run: what the writers and the exit status need.
 pub struct Finished {
@@ -134,7 +111,8 @@ impl Finished {
     }
 }
 
-pub fn run(args: &Config) -> anyhow::Result<Finished> {
+/// Run the matrix of `args`; what happens meanwhile goes to `reporter`.
+pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
     // NCCL releases by version (fetched or from the cache) become library paths first.
@@ -150,12 +128,11 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
             ));
         }
     }
-    let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
-    // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
-    if let (Some(Workload::Builtin { .. }), None, false) = (
+    let program = worker_program().map_err(|e| problems.push(format!("{e:#}"))).ok();
+    if let (Some(Workload::Builtin { .. }), None, true) = (
         plan.as_ref().map(|p| &p.workload),
         std::env::var_os(WORKER_CMD_ENV),
-        args.launch.launcher == LauncherKind::Slurm,
+        launcher::runs_here(args.launch.launcher),
     ) {
         // The worker would fail the same way in every cell: say it once, before running anything.
         let need_nccl = resolved.uses_loader && crate::worker::libs::find_runtime_nccl().is_none();
@@ -164,71 +141,58 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
         }
     }
     crate::error::usage(problems)?;
-    let (Some(plan), Some(engine), Some(launcher)) = (plan, engine, launcher) else {
+    let (Some(plan), Some(engine), Some(program)) = (plan, engine, program) else {
         unreachable!("no problem was found, so each part was built")
     };
     // A run folder that cannot be made where the user asked is theirs to fix; any failure after
     // it exists is the harness's (exit 5).
     let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
     match resolved.bisect {
-        Some(setup) => bisect::run(args, plan, &engine, launcher, dir, setup).harness(),
-        None => run_cells(args, plan, &engine, launcher, dir).harness(),
+        Some(setup) => bisect::run(args, plan, &engine, program, dir, setup, reporter).harness(),
+        None => run_cells(args, plan, &engine, program, dir, reporter).harness(),
     }
 }
 
+/// The runner: every cell in turn, the run folder's files after each, events to `reporter`.
 fn run_cells(
     args: &Config,
     plan: Plan,
     engine: &Engine,
-    mut launcher: cell::Launcher,
+    program: OsString,
     dir: PathBuf,
+    reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Finished> {
-    launcher.via = via(args, &plan)?;
-    std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
-    let _signals = interrupt::install()?;
-
+    let (launcher, _signals) = start(args, &plan, &dir)?;
+    let h = harness(args, launcher.as_ref(), program, engine);
     let mut run = new_run(&plan, args);
-    run.launcher = launcher_out(&launcher);
+    run.launcher = launcher.describe();
     write_outputs(&dir, &mut run, &plan)?;
 
-    let bar = progress_bar(args, plan.cells.len());
-    let say = |line: String| {
-        if !bar.is_hidden() {
-            bar.println(line);
-        } else if !args.quiet {
-            eprintln!("{line}");
-        }
-    };
+    let of = plan.cells.len();
+    reporter.report(Event::Plan { dir: &dir, cells: of });
     let stop = SignalStop;
     for cp in &plan.cells {
         if interrupt::count() > 0 {
             break;
         }
         let name = cell_name(&plan, cp);
-        bar.set_message(name.clone());
-        let cell =
-            cell::run_cell(&plan, cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || bar.tick())?;
-        say(format!(
-            "[{}/{}] {name}: {}, {:.1} s, {} WARN, {}",
-            cp.index,
-            plan.cells.len(),
-            cell.detail,
-            cell.wall_s,
-            cell.warn_lines,
-            cell.verdict.map(|v| v.as_str()).unwrap_or("no verdict")
-        ));
+        reporter.report(Event::CellStarted { index: cp.index, name: &name });
+        let cell_dir = dir.join("cells").join(&name);
+        let cell = cell::run_cell(&h, &plan, cp, &cell_dir, &stop, &mut || reporter.report(Event::Tick))?;
         run.cells.push(cell);
         write_outputs(&dir, &mut run, &plan)?;
-        bar.inc(1);
+        reporter.report(Event::CellFinished { cell: &run.cells[run.cells.len() - 1], of, probe: None });
     }
-    bar.finish_and_clear();
 
     if interrupt::count() > 0 {
+        let by = launch::Interrupts::name(&stop);
+        reporter.report(Event::Interrupted { by: &by });
         run.status = RunStatus::Interrupted;
-        run.interrupted_by = Some(launch::Interrupts::name(&stop));
+        run.interrupted_by = Some(by);
     } else {
         run.status = RunStatus::Complete;
     }
+    reporter.report(Event::End { status: run.status });
     write_outputs(&dir, &mut run, &plan)?;
     let never_started = workload_never_started(&plan, &run, &dir);
     Ok(Finished { run, dir, never_started })
@@ -249,87 +213,40 @@ fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> 
     Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
 }
 
-fn launcher(args: &Config) -> anyhow::Result<cell::Launcher> {
-    let program: OsString = match std::env::var_os(WORKER_CMD_ENV) {
-        Some(p) => {
-            if !Path::new(&p).is_file() {
-                bail!(
-                    "{WORKER_CMD_ENV}={} is not a file (it names the program started instead of the worker)",
-                    p.to_string_lossy()
-                );
-            }
-            p
-        }
-        None => std::env::current_exe().context("finding epdoctor's own executable to start the worker")?.into(),
-    };
-    let mut workload_args: Vec<OsString> = Vec::new();
-    for (k, v) in [
-        ("--tokens", args.size.tokens),
-        ("--hidden", args.size.hidden),
-        ("--experts", args.size.experts),
-        ("--topk", args.size.topk),
-        ("--iters", args.size.iters),
-    ] {
-        workload_args.push(k.into());
-        workload_args.push(v.to_string().into());
-    }
-    Ok(cell::Launcher {
-        program,
-        workload_args,
+/// Before the first cell: the launcher (under Slurm outside an allocation it asks salloc for one,
+/// so it comes after every check), the cells folder, the signal handlers.
+fn start(args: &Config, plan: &Plan, dir: &Path) -> anyhow::Result<(Box<dyn launcher::Launcher>, interrupt::Guard)> {
+    let launcher = launcher::acquire(&args.launch, args.ranks, &plan.workload)?;
+    std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
+    Ok((launcher, interrupt::install()?))
+}
+
+fn harness<'a>(
+    args: &Config,
+    launcher: &'a dyn launcher::Launcher,
+    worker_program: OsString,
+    engine: &'a Engine,
+) -> cell::Harness<'a> {
+    cell::Harness {
+        launcher,
+        worker_program,
+        size: args.size,
         ranks_flag: args.ranks,
         shm_dir: leftovers::shm_dir(),
-        via: cell::Via::Local,
-    })
-}
-
-/// What starts the cells' ranks; under Slurm outside an allocation this asks salloc for one, so it
-/// comes after every check.
-fn via(args: &Config, plan: &Plan) -> anyhow::Result<cell::Via> {
-    let l = &args.launch;
-    Ok(match l.launcher {
-        LauncherKind::Local => cell::Via::Local,
-        LauncherKind::Slurm => {
-            // Without a size, the step gets the plan's ranks.
-            let ranks = match (&plan.workload, l.nodes.or(l.ntasks_per_node)) {
-                (_, _) if args.ranks.is_some() => args.ranks,
-                (Workload::Builtin { ranks }, None) => Some(*ranks),
-                _ => None,
-            };
-            cell::Via::Slurm(slurm::Allocation::acquire(l, ranks)?)
-        }
-        LauncherKind::Torchrun => cell::Via::Torchrun(l.clone()),
-    })
-}
-
-fn launcher_out(l: &cell::Launcher) -> Option<result::LauncherOut> {
-    match &l.via {
-        cell::Via::Local => None,
-        cell::Via::Slurm(a) => {
-            Some(result::LauncherOut { kind: "slurm".into(), slurm: Some(a.clone()), command: Vec::new() })
-        }
-        cell::Via::Torchrun(t) => Some(result::LauncherOut {
-            kind: "torchrun".into(),
-            slurm: None,
-            command: std::iter::once("torchrun".to_string())
-                .chain(
-                    torchrun::agent_args(t, Path::new("<cell>"), l.ranks_flag)
-                        .into_iter()
-                        .map(|a| a.to_string_lossy().into_owned()),
-                )
-                .collect(),
-        }),
+        engine,
     }
 }
 
-fn progress_bar(args: &Config, n: usize) -> ProgressBar {
-    if args.quiet || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+/// What starts the built-in worker: epdoctor itself, or the `EPDOCTOR_WORKER_CMD` stand-in.
+fn worker_program() -> anyhow::Result<OsString> {
+    match std::env::var_os(WORKER_CMD_ENV) {
+        Some(p) if !Path::new(&p).is_file() => bail!(
+            "{WORKER_CMD_ENV}={} is not a file (it names the program started instead of the worker)",
+            p.to_string_lossy()
+        ),
+        Some(p) => Ok(p),
+        None => Ok(std::env::current_exe().context("finding epdoctor's own executable to start the worker")?.into()),
     }
-    let bar = ProgressBar::with_draw_target(Some(n as u64), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{spinner} [{pos}/{len}] {elapsed} {wide_msg}") {
-        bar.set_style(style);
-    }
-    bar
 }
 
 /// `007-abort-lib2-NCCL_DEBUG=INFO` (`-r2` for repeats): the axis values that vary, safe as a file name.

@@ -8,10 +8,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::bisect::{Candidate, Setup};
-use super::result::{AxisKind, Run, RunStatus};
 use super::Config;
 use crate::error::Typed;
-use crate::model::version::{boundary, Version};
+use crate::model::version::Version;
 use crate::nccl::{self, release, Fetcher, Spec};
 
 /// The config with `--nccl` turned into `nccl_lib` values (`""` = the loader's), and the
@@ -110,41 +109,6 @@ pub fn lib_version(p: &std::path::Path) -> Option<Version> {
     let (v, _, _) = crate::env::libs::read_nccl_version(p).ok()??;
     Version::parse(&v)
 }
-
-/// A plain run (the loader's NCCL only) of the built-in workload whose abort cells ran an NCCL
-/// that no longer prints the abort-path warnings: say so, and give the command that shows them.
-pub fn newer_nccl_hint(run: &Run) -> Option<String> {
-    if run.workload != "builtin" || run.status != RunStatus::Complete || run.bisect.is_some() {
-        return None;
-    }
-    let lib = run.axes.iter().position(|a| a.kind == AxisKind::NcclLib)?;
-    if run.axes[lib].values.len() != 1 || !run.axes[lib].values[0].value.is_empty() {
-        return None;
-    }
-    let td = run.axes.iter().position(|a| a.kind == AxisKind::Teardown)?;
-    let abort = run.axes[td].values.iter().position(|v| v.value == "abort")?;
-    let cells: Vec<_> = run.cells.iter().filter(|c| c.values[td] == abort).collect();
-    let versions: Vec<Version> =
-        cells.iter().filter_map(|c| c.nccl_version.as_deref().and_then(Version::parse)).collect();
-    if cells.is_empty()
-        || versions.len() != cells.len()
-        || versions.iter().any(|v| *v < boundary::NCCL_ABORT_PAIR_SILENCED)
-        || cells.iter().any(|c| c.rules.iter().any(|r| r.id == "nccl-abort-pair"))
-    {
-        return None;
-    }
-    let v = versions[0];
-    Some(format!(
-        "this machine's NCCL ({v}) no longer prints the abort-path warnings users report at teardown (`[Service thread] \
-         Accept failed`, `Could not receive type from localRank`, `Failed to execute operation Close`): from {} on, \
-         ncclCommAbort of healthy ranks is quiet. To see them: epdoctor repro --nccl {} --teardown abort",
-        boundary::NCCL_ABORT_PAIR_SILENCED,
-        SHOWS_ABORT_PAIR
-    ))
-}
-
-/// The newest release that prints the abort-path trio (the one of DeepEP issue #41).
-pub const SHOWS_ABORT_PAIR: &str = "2.22.3";
 
 /// A candidate of the bisection from a `--nccl` path or `system`.
 pub fn given_candidate(s: &Spec) -> Result<Candidate, String> {

@@ -10,22 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use regex::Regex;
+pub use crate::model::run::stack::{fold, fold_full, Frame, Thread};
+use crate::model::run::{Hung, LeftoverProcess, ProcStack, STACKS_DIR};
 
-use std::sync::LazyLock;
-
-use super::leftovers::LeftoverProcess;
-use super::result::{Hung, ProcStack};
-
-pub const STACKS_DIR: &str = "stacks";
 pub const STACKS_LOG: &str = "stacks.log";
 pub const STACK_PREFIX: &str = "[epdoctor-stack]";
 /// Which tools may be used, in order (`py-spy,eu-stack,gdb,proc`): a test hook, and a way to
 /// leave out a tool that misbehaves on a machine.
 pub const TOOLS_ENV: &str = "EPDOCTOR_STACK_TOOLS";
 const TOOL_LIMIT: Duration = Duration::from_secs(30);
-/// Frames kept before the caller's own line when a chain is long.
-const MAX_FRAMES: usize = 8;
 
 /// Everything a capture produced.
 #[derive(Debug, Default)]
@@ -33,22 +26,6 @@ pub struct Capture {
     pub stacks: Vec<ProcStack>,
     /// Harness facts: how long it took, tools missing.
     pub notes: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Frame {
-    pub func: String,
-    /// `file.py:line` for a Python frame, the library for a native one.
-    pub loc: Option<String>,
-    pub python: bool,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Thread {
-    pub tid: Option<i32>,
-    pub name: String,
-    /// Innermost first.
-    pub frames: Vec<Frame>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,190 +470,6 @@ pub fn parse_gdb(text: &str) -> Vec<Thread> {
     out
 }
 
-/// Native frames that say nothing about where a program waits: the C library, the interpreter
-/// loop, binding glue.
-fn is_noise(f: &Frame) -> bool {
-    if f.python {
-        return false;
-    }
-    let func = f.func.as_str();
-    if func.is_empty() || func == "??" || func.starts_with("0x") || func == "running" {
-        return true;
-    }
-    let lib = f.loc.as_deref().unwrap_or("");
-    let lib_base = lib.rsplit('/').next().unwrap_or(lib);
-    const NOISE_LIBS: &[&str] =
-        &["libc.so", "libc-", "ld-linux", "libpthread", "libstdc++", "libgcc_s", "libpython", "kernel"];
-    if NOISE_LIBS.iter().any(|n| lib_base.starts_with(n)) {
-        // The kernel's wait is the whole story when nothing else is known (kept by fold).
-        return true;
-    }
-    if lib_base.starts_with("python") && !lib_base.contains(".so") {
-        return true;
-    }
-    const NOISE_FUNCS: &[&str] = &[
-        "_Py",
-        "Py",
-        "pybind11::",
-        "cfunction_",
-        "method_vectorcall",
-        "slot_tp_",
-        "vectorcall",
-        "_start",
-        "__libc_",
-        "start_thread",
-        "clone",
-        "__clone",
-        "std::",
-        "__GI_",
-        "__pthread",
-        "pthread_",
-        "syscall",
-        "__futex",
-        "futex_",
-        "do_futex",
-        "__lll_",
-        "__nptl",
-        "torch::autograd::",
-        "torch::PythonArgParser",
-        "c10::impl::",
-        "c10::Dispatcher",
-        "c10::OperatorHandle",
-        "at::_ops::",
-        "wrap_",
-        "THPVariable_",
-    ];
-    NOISE_FUNCS.iter().any(|n| func.starts_with(n)) && !func.contains("nccl")
-}
-
-/// Python frames of the interpreter's own library and of installed packages are named by their
-/// function; the first frame of the user's own code ends the chain as `file.py:line`.
-fn is_library_python(loc: &str) -> bool {
-    const LIB_DIRS: &[&str] = &[
-        "torch/",
-        "deep_ep/",
-        "nvshmem/",
-        "triton/",
-        "numpy/",
-        "multiprocessing/",
-        "concurrent/",
-        "importlib/",
-        "asyncio/",
-        "threading.py",
-        "subprocess.py",
-        "selectors.py",
-        "queue.py",
-        "socket.py",
-        "runpy.py",
-        "contextlib.py",
-        "functools.py",
-        "<frozen",
-    ];
-    loc.contains("site-packages/")
-        || loc.contains("dist-packages/")
-        || loc.contains("/lib/python3")
-        || LIB_DIRS.iter().any(|d| loc.starts_with(d))
-}
-
-/// `c10d::ProcessGroupNCCL::shutdown(std::string)` -> `ProcessGroupNCCL::shutdown`.
-pub fn short_name(func: &str) -> String {
-    // Arguments and template arguments, outermost only.
-    let mut s = String::new();
-    let (mut paren, mut angle) = (0i32, 0i32);
-    for c in func.chars() {
-        match c {
-            '(' => paren += 1,
-            ')' => paren -= 1,
-            '<' if paren == 0 => angle += 1,
-            '>' if paren == 0 && angle > 0 => angle -= 1,
-            _ if paren == 0 && angle == 0 => s.push(c),
-            _ => {}
-        }
-    }
-    let s = s.split(" [clone").next().unwrap_or(&s).trim();
-    let s = s.rsplit(' ').next().unwrap_or(s);
-    // glibc's internal aliases: `__GI___wait4` is wait4.
-    let s = s.strip_prefix("__GI___").or_else(|| s.strip_prefix("__GI_")).unwrap_or(s);
-    // NCCL's profiling aliases: pncclCommFinalize is ncclCommFinalize.
-    let s = s.strip_prefix('p').filter(|r| r.starts_with("nccl")).unwrap_or(s);
-    let parts: Vec<&str> = s.split("::").filter(|p| !p.is_empty()).collect();
-    if parts.len() > 2 {
-        parts[parts.len() - 2..].join("::")
-    } else {
-        parts.join("::")
-    }
-}
-
-/// Frames that say where a hang is even in a long chain: NCCL's API and its barriers, the process
-/// group, NVSHMEM's finalize and barriers, DeepEP's buffer, the Python calls that wait.
-static LANDMARK: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"^nccl(?:Comm\w+|AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|Send|Recv|Group(?:Start|End))$",
-        r"|^bootstrap\w*Barrier$|^ProcessGroupNCCL::|^nvshmem\w*(?:finalize|barrier)\w*$|^Buffer::",
-        r"|^(?:destroy_process_group|barrier|all_reduce|synchronize|wait)$|Synchronize",
-    ))
-    .unwrap()
-});
-
-/// Innermost meaningful frame first, up to and including the caller's own line; a long chain is
-/// cut to its innermost frame, its landmarks and its outermost frames.
-pub fn fold(frames: &[Frame]) -> String {
-    let (chain, user) = chain(frames);
-    if chain.len() <= MAX_FRAMES {
-        return chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ");
-    }
-    let last = chain.len() - 1;
-    let keep: Vec<usize> = (0..chain.len()).filter(|&i| i == 0 || i == last || LANDMARK.is_match(&chain[i])).collect();
-    let mut out: Vec<String> = Vec::new();
-    for (n, &i) in keep.iter().enumerate() {
-        if n > 0 && i != keep[n - 1] + 1 {
-            out.push("...".into());
-        }
-        out.push(chain[i].clone());
-    }
-    out.extend(user);
-    out.join(" <- ")
-}
-
-/// The whole chain, uncut (for stacks.log, which rules read).
-pub fn fold_full(frames: &[Frame]) -> String {
-    let (chain, user) = chain(frames);
-    chain.into_iter().chain(user).collect::<Vec<_>>().join(" <- ")
-}
-
-fn chain(frames: &[Frame]) -> (Vec<String>, Option<String>) {
-    let mut chain: Vec<String> = Vec::new();
-    let mut user = None;
-    for f in frames {
-        if is_noise(f) {
-            continue;
-        }
-        if f.python {
-            let loc = f.loc.as_deref().unwrap_or("");
-            if !is_library_python(loc) {
-                let base = loc.rsplit('/').next().unwrap_or(loc);
-                user = Some(base.to_string());
-                break;
-            }
-            if chain.last().map(String::as_str) != Some(f.func.as_str()) {
-                chain.push(f.func.clone());
-            }
-            continue;
-        }
-        let n = short_name(&f.func);
-        if !n.is_empty() && chain.last() != Some(&n) {
-            chain.push(n);
-        }
-    }
-    if chain.is_empty() && user.is_none() {
-        // Nothing but noise: the innermost named frame (the kernel's wait, a libc call) is all there is.
-        if let Some(f) = frames.iter().find(|f| !f.func.is_empty() && f.func != "??" && !f.func.starts_with("0x")) {
-            chain.push(short_name(&f.func));
-        }
-    }
-    (chain, user)
-}
-
 /// Each hung rank gets where it waited. A command's one entry ("the command") becomes one entry per
 /// rank found among its processes (RANK in their environment), or per process when none has one.
 pub fn attach(mut hung: Vec<Hung>, stacks: &[ProcStack]) -> Vec<Hung> {
@@ -706,59 +499,6 @@ pub fn attach(mut hung: Vec<Hung>, stacks: &[ProcStack]) -> Vec<Hung> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn py(func: &str, loc: &str) -> Frame {
-        Frame { func: func.into(), loc: Some(loc.into()), python: true }
-    }
-    fn native(func: &str, lib: &str) -> Frame {
-        Frame { func: func.into(), loc: Some(lib.into()), python: false }
-    }
-
-    #[test]
-    fn folds_to_what_matters() {
-        let frames = vec![
-            native("__futex_abstimed_wait_common", "libc.so.6"),
-            native("0x7f00", "libnccl.so.2"),
-            native("ncclCommDestroy", "libnccl.so.2"),
-            native("c10d::NCCLComm::destroy()", "libtorch_cuda.so"),
-            native("c10d::ProcessGroupNCCL::shutdown(std::optional<std::string>)", "libtorch_cuda.so"),
-            native("pybind11::cpp_function::dispatcher", "libtorch_python.so"),
-            native("_PyEval_EvalFrameDefault", "libpython3.12.so.1.0"),
-            py("shutdown", "torch/distributed/distributed_c10d.py:2100"),
-            py("destroy_process_group", "torch/distributed/distributed_c10d.py:2210"),
-            py("rank_main", "train.py:88"),
-            py("<module>", "train.py:120"),
-        ];
-        assert_eq!(
-            fold(&frames),
-            "ncclCommDestroy <- NCCLComm::destroy <- ProcessGroupNCCL::shutdown <- shutdown <- destroy_process_group <- train.py:88"
-        );
-    }
-
-    #[test]
-    fn only_noise_gives_the_innermost_wait() {
-        let f = vec![native("futex_wait_queue", "kernel"), native("syscall futex", "kernel")];
-        assert_eq!(fold(&f), "futex_wait_queue");
-        assert_eq!(fold(&[]), "");
-    }
-
-    #[test]
-    fn long_chains_are_cut_before_the_callers_line() {
-        let mut f: Vec<Frame> = (0..20).map(|i| native(&format!("ncclStep{i}"), "libnccl.so.2")).collect();
-        f.push(py("main", "job.py:3"));
-        let s = fold(&f);
-        assert_eq!(s, "ncclStep0 <- ... <- ncclStep19 <- job.py:3");
-        assert_eq!(fold_full(&f).matches(" <- ").count(), 20);
-    }
-
-    #[test]
-    fn names() {
-        assert_eq!(short_name("c10d::ProcessGroupNCCL::shutdown(std::string const&)"), "ProcessGroupNCCL::shutdown");
-        assert_eq!(short_name("void std::vector<int, std::allocator<int> >::push_back(int)"), "vector::push_back");
-        assert_eq!(short_name("ncclCommDestroy"), "ncclCommDestroy");
-        assert_eq!(short_name("foo::bar() [clone .cold]"), "foo::bar");
-        assert_eq!(short_name("__GI___wait4"), "wait4");
-    }
 
     #[test]
     fn parses_py_spy() {

@@ -17,31 +17,94 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 
-use super::launch::{self, Execution, Interrupts, Limits, Outcome, Spec, Stopper};
-use super::leftovers::{LeftoverProcess, Leftovers};
-use super::LaunchConfig;
+use super::{CellCtx, Finish, LaunchConfig, Launcher, Ranks};
+use crate::model::run::{
+    CellLaunch, LauncherOut, LeftoverProcess, Leftovers, NodeLeftovers, Outcome, Process, SlurmAllocation,
+};
+use crate::repro::launch::{self, Execution, Interrupts, Limits, Spec, Stopper};
+use crate::repro::leftovers::{self as lo, Membership};
+use crate::repro::CELL_ENV;
 
 /// srun's own messages (its stderr), under the cell folder; not a rank's log.
 pub const SRUN_LOG: &str = "slurm/srun.log";
 const PROBE_LOG: &str = "slurm/probe.log";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The allocation the cells run in; what cells.json records as the run's launcher.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// The allocation the cells run in (`info`: what cells.json records of it); an allocation
+/// epdoctor asked for is given back when this is dropped.
+#[derive(Debug)]
 pub struct Allocation {
-    pub job_id: String,
-    /// epdoctor asked salloc for it and cancels it at the end.
-    #[serde(rename = "allocated_by_epdoctor")]
-    pub owned: bool,
-    pub nodes: Vec<String>,
-    #[serde(skip)]
+    pub info: SlurmAllocation,
     geometry: Vec<String>,
-    #[serde(skip)]
     srun_args: Vec<String>,
-    #[serde(skip)]
     exe: PathBuf,
+}
+
+/// Each cell one job step of one allocation.
+pub struct Slurm {
+    alloc: Allocation,
+    /// What the current cell's stopper did (cells run one at a time).
+    stops: Arc<Mutex<Stops>>,
+}
+
+impl Slurm {
+    pub fn new(alloc: Allocation) -> Slurm {
+        Slurm { alloc, stops: Arc::default() }
+    }
+
+    fn take_stops(&self) -> Stops {
+        std::mem::take(&mut *self.stops.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Launcher for Slurm {
+    fn describe(&self) -> Option<LauncherOut> {
+        Some(LauncherOut::Slurm { slurm: self.alloc.info.clone() })
+    }
+
+    /// One step: srun starts the same program once per task (the worker reads its place from
+    /// Slurm's variables); the deadline and interrupts go through scancel.
+    fn start(&self, cell: &CellCtx) -> anyhow::Result<Vec<Spec>> {
+        self.take_stops();
+        let (program, args, env) = cell.work.one_program(cell.dir);
+        Ok(vec![self.alloc.step_spec(cell.dir, &program, &args, env, self.stops.clone())?])
+    }
+
+    /// Here only srun's own group: the tasks are found on their nodes by their tag.
+    fn membership(&self, _cell: &CellCtx, pgids: Vec<i32>) -> Membership {
+        Membership { pgids, env: None }
+    }
+
+    /// Every node's probe, then what srun left on this host.
+    fn leftovers(&self, cell: &CellCtx, ex: &Execution) -> (Leftovers, Vec<String>) {
+        let (mut left, lines) = self.alloc.probe(cell.dir, &cell.tag, ex.start_unix);
+        lo::collect_here(&self.membership(cell, ex.pgids.clone()), None, &mut left);
+        (left, lines)
+    }
+
+    /// Each task from srun's report, then srun itself: a step whose srun failed is not ok even if
+    /// every task was.
+    fn finish(&self, cell: &CellCtx, _specs: &[Spec], ex: &Execution) -> Finish {
+        let stops = self.take_stops();
+        let (step, nodes) = Allocation::step_of(cell.dir);
+        let processes = self
+            .alloc
+            .task_outcomes(cell.dir, ex, &stops)
+            .into_iter()
+            .map(|(outcome, log, node)| Process { outcome, log, node })
+            .collect();
+        Finish {
+            processes,
+            launch: CellLaunch { step, nodes, ..Default::default() },
+            stop_lines: stops.lines,
+            notes: Vec::new(),
+        }
+    }
+
+    fn ranks(&self) -> Ranks {
+        Ranks::Tasks { launcher: "srun" }
+    }
 }
 
 /// What the stopper did to the step, for the per-task outcome: which tasks had ended when.
@@ -70,17 +133,18 @@ impl Allocation {
             Ok(j) if !j.trim().is_empty() => (j.trim().to_string(), false),
             _ => (salloc(l, &geometry)?, true),
         };
-        let mut a = Allocation { job_id, owned, nodes: Vec::new(), geometry, srun_args: l.srun_args.clone(), exe };
+        let info = SlurmAllocation { job_id, owned, nodes: Vec::new() };
+        let mut a = Allocation { info, geometry, srun_args: l.srun_args.clone(), exe };
         // From here on, Drop gives an owned allocation back whatever happens.
-        a.nodes = a.node_list()?;
+        a.info.nodes = a.node_list()?;
         Ok(a)
     }
 
     fn node_list(&self) -> anyhow::Result<Vec<String>> {
-        let list = output(Command::new("squeue").args(["--noheader", "--jobs", &self.job_id, "--format", "%N"]))?;
+        let list = output(Command::new("squeue").args(["--noheader", "--jobs", &self.info.job_id, "--format", "%N"]))?;
         let list = list.trim();
         if list.is_empty() {
-            bail!("squeue lists no nodes for job {} (is it running?)", self.job_id);
+            bail!("squeue lists no nodes for job {} (is it running?)", self.info.job_id);
         }
         let names = output(Command::new("scontrol").args(["show", "hostnames", list]))?;
         Ok(names.split_whitespace().map(String::from).collect())
@@ -102,7 +166,7 @@ impl Allocation {
         std::fs::create_dir_all(cell_dir.join("slurm"))?;
         let tag = cell_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut a: Vec<OsString> = vec![
-            format!("--jobid={}", self.job_id).into(),
+            format!("--jobid={}", self.info.job_id).into(),
             format!("--job-name=epdoctor-{tag}").into(),
             "--verbose".into(),
             "--kill-on-bad-exit=1".into(),
@@ -169,10 +233,10 @@ impl Allocation {
     /// processes carrying the cell's tag, its NCCL sockets and the /dev/shm files since `since`.
     pub fn probe(&self, cell_dir: &Path, tag: &str, since: f64) -> (Leftovers, Vec<String>) {
         let mut lines = Vec::new();
-        let n = self.nodes.len().max(1);
+        let n = self.info.nodes.len().max(1);
         let dir = cell_dir.to_string_lossy();
         let args: Vec<OsString> = [
-            format!("--jobid={}", self.job_id),
+            format!("--jobid={}", self.info.job_id),
             "--job-name=epdoctor-leftovers".into(),
             format!("--nodes={n}"),
             "--ntasks-per-node=1".into(),
@@ -200,7 +264,7 @@ impl Allocation {
         ])
         .collect();
         // The probe itself must not carry the cell's tag.
-        let env = BTreeMap::from([(super::CELL_ENV.to_string(), None)]);
+        let env = BTreeMap::from([(CELL_ENV.to_string(), None)]);
         let spec = Spec {
             label: "leftovers-probe".into(),
             program: "srun".into(),
@@ -257,19 +321,10 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if self.owned && !self.job_id.is_empty() {
-            let _ = Command::new("scancel").arg(&self.job_id).stdin(Stdio::null()).output();
+        if self.info.owned && !self.info.job_id.is_empty() {
+            let _ = Command::new("scancel").arg(&self.info.job_id).stdin(Stdio::null()).output();
         }
     }
-}
-
-/// What one node's probe prints (`epdoctor env --leftovers --format json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeLeftovers {
-    pub node: String,
-    pub cell: String,
-    #[serde(flatten)]
-    pub leftovers: Leftovers,
 }
 
 fn salloc(l: &LaunchConfig, geometry: &[String]) -> anyhow::Result<String> {
@@ -419,8 +474,7 @@ fn task_list(s: &str) -> Vec<usize> {
 /// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the
 /// NCCL sockets they hold, the NCCL /dev/shm files modified since `since`.
 pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
-    use super::leftovers as lo;
-    let m = lo::Membership { pgids: Vec::new(), env: Some((super::CELL_ENV.into(), cell.into())) };
+    let m = Membership { pgids: Vec::new(), env: Some((CELL_ENV.into(), cell.into())) };
     // Longer than the local settle: the step's processes on this node get scancel's signal through
     // slurmstepd, a moment after srun has already returned.
     let mut procs: Vec<LeftoverProcess> = lo::settle(&m, Duration::from_secs(2));

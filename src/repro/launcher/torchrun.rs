@@ -8,13 +8,69 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+use super::{CellCtx, Finish, LaunchConfig, Launcher, Ranks};
+use crate::model::run::{LauncherOut, RankError};
+use crate::repro::launch::{Execution, Spec, HARNESS_PREFIX};
 use regex::Regex;
-use serde::{Deserialize, Serialize};
-
-use super::LaunchConfig;
 
 /// The agent's `--log-dir`, under the cell folder.
 pub const LOG_DIR: &str = "torchrun";
+
+pub struct Torchrun {
+    pub cfg: LaunchConfig,
+    /// `--ranks` as given.
+    pub ranks_flag: Option<usize>,
+}
+
+impl Launcher for Torchrun {
+    fn describe(&self) -> Option<LauncherOut> {
+        let args = agent_args(&self.cfg, Path::new("<cell>"), self.ranks_flag);
+        let command = std::iter::once("torchrun".to_string())
+            .chain(args.into_iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect();
+        Some(LauncherOut::Torchrun { command })
+    }
+
+    /// One agent, a local process in its own group (signals to the group reach torchrun, which
+    /// stops its workers).
+    fn start(&self, cell: &CellCtx) -> anyhow::Result<Vec<Spec>> {
+        let (program, workload_args, env) = cell.work.one_program(cell.dir);
+        let mut args = agent_args(&self.cfg, cell.dir, cell.ranks);
+        args.push(program);
+        args.extend(workload_args);
+        Ok(vec![Spec {
+            label: "torchrun".into(),
+            program: "torchrun".into(),
+            args,
+            env,
+            log: cell.dir.join("torchrun.log"),
+            stopper: None,
+        }])
+    }
+
+    fn finish(&self, cell: &CellCtx, specs: &[Spec], ex: &Execution) -> Finish {
+        let rank_errors = rank_errors(cell.dir);
+        let notes = rank_errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{HARNESS_PREFIX} local_rank={} attempt={} error file {}: {}",
+                    e.local_rank, e.attempt, e.file, e.message
+                )
+            })
+            .collect();
+        Finish {
+            processes: super::processes_of(specs, ex),
+            launch: crate::model::run::CellLaunch { rank_errors, ..Default::default() },
+            stop_lines: Vec::new(),
+            notes,
+        }
+    }
+
+    fn ranks(&self) -> Ranks {
+        Ranks::Markers
+    }
+}
 
 /// `torchrun ... --no-python PROGRAM ARGS`: the agent's arguments, before the workload's.
 pub fn agent_args(l: &LaunchConfig, cell_dir: &Path, ranks: Option<usize>) -> Vec<OsString> {
@@ -65,21 +121,6 @@ pub fn rank_logs(cell_dir: &Path) -> Vec<RankFile> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
-}
-
-/// A rank's TORCHELASTIC_ERROR_FILE, as written by torchelastic's `record` (or the rank itself).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankError {
-    pub attempt: u32,
-    pub local_rank: usize,
-    /// Relative to the cell folder.
-    pub file: String,
-    /// `RuntimeError: ...`: the exception's type and text.
-    pub message: String,
-    /// Unix seconds, as torchelastic wrote them.
-    pub timestamp: Option<String>,
-    /// The last line of the Python call stack, when there is one.
-    pub where_: Option<String>,
 }
 
 /// Every `attempt_N/<local_rank>/error.json` under `<cell>/torchrun`. A file that is not the
