@@ -18,7 +18,8 @@ pub fn run(args: &LintArgs) -> Result<u8> {
         None => None,
     };
     let files = lint::expand(&args.paths).input()?;
-    let report = lint::lint_files(&files, torch).input()?;
+    let opts = lint::Options { torch, python: lint::Python::from_arg(args.python.as_deref()) };
+    let report = lint::lint_files(&files, &opts).input()?;
     let text = crate::output::lint::render(&report, args.format);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
