@@ -227,8 +227,10 @@ impl Program {
             return false;
         }
         if mi == h.module {
-            // `x.run()` is a method of x, not this file's function `run`.
-            return s.is_method == c.attr;
+            // `x.run()` is a method of x, not this file's function `run`; and `th.save()` on an
+            // imported module (`import torch as th`) is that module's, not this file's method.
+            let receiver = c.callee.split('.').next().unwrap_or("");
+            return s.is_method == c.attr && !(c.attr && self.modules[mi].import_words.contains(receiver));
         }
         if s.is_method || self.defined[mi].contains(&(s.name.clone(), false)) {
             return false;

@@ -407,6 +407,43 @@ mod fixtures {
         assert_eq!(rules(user("import lib", "lib.sync()")), ["rank-return-before-collective"]);
     }
 
+    /// A barrier helper from another file counts before the destroy when the caller imports it,
+    /// `from helpers import *` included; not when nothing imports it.
+    #[test]
+    fn star_imports_bring_another_files_sync_helpers() {
+        let lib = "import torch.distributed as dist\n\ndef sync():\n    dist.barrier()\n";
+        let user = |imports: &str| {
+            format!("{imports}\nimport torch.distributed as dist\n\ndef main():\n    dist.init_process_group('nccl', device_id=0)\n    sync()\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    main()\n")
+        };
+        let barrier = |imports: &str| -> bool {
+            let r = lint_sources(
+                vec![("helpers.py".into(), lib.into()), ("train.py".into(), user(imports))],
+                Some(Version(2, 5, 1)),
+            )
+            .unwrap();
+            r.findings.iter().any(|f| f.rule == "no-barrier-before-destroy")
+        };
+        assert!(!barrier("from helpers import *"));
+        assert!(!barrier("from .helpers import *"));
+        assert!(!barrier("from helpers import sync"));
+        assert!(barrier(""), "not imported: another file's sync is not this one's");
+        assert!(barrier("from other import *"));
+    }
+
+    /// The severity follows the torch: a < 2.6 check is a warning on 2.5, off on 2.7, and info
+    /// when the torch is not known.
+    #[test]
+    fn torch_specific_checks_follow_the_torch() {
+        let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures/torchtitan-train.py")).unwrap();
+        let sev = |t: Option<Version>| {
+            let r = lint_sources(vec![("t.py".into(), src.clone())], t).unwrap();
+            r.findings.iter().find(|f| f.rule == "no-barrier-before-destroy").map(|f| f.severity)
+        };
+        assert_eq!(sev(Some(Version(2, 5, 1))), Some(Severity::Warning));
+        assert_eq!(sev(Some(Version(2, 7, 0))), None);
+        assert_eq!(sev(None), Some(Severity::Info));
+    }
+
     #[test]
     fn every_check_has_a_positive_and_a_real_negative_fixture() {
         let checks = check::builtin().unwrap();
