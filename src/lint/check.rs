@@ -168,6 +168,9 @@ pub struct When {
     /// (an abort) is not reported.
     #[serde(default)]
     pub protected_by: Vec<String>,
+    /// With `call_after`: later calls that name a process group do not count (the condition may
+    /// select that group's ranks).
+    pub later_unless_group: Option<bool>,
     /// With `no_call_before`: one of these as the last call before the site also counts.
     #[serde(default)]
     pub no_call_just_before: Vec<String>,

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::LazyLock;
 
 use regex::Regex;
 use streaming_iterator::StreamingIterator;
@@ -45,8 +46,20 @@ pub struct Site {
 /// (module, call index)
 type CallRef = (usize, usize);
 
-/// (tail, pattern texts)
-type Key = (bool, Vec<String>);
+/// Which functions stand for a call of a pattern set (see `Program::helpers`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Makes such a call on its normal path.
+    Normal,
+    /// Ends with such a call (a barrier helper ends with its barrier).
+    Tail,
+    /// Makes it whatever it is passed: not under a condition on one of its own parameters
+    /// (`def log(msg, barrier=True): if barrier: dist.barrier()` is no sync helper).
+    Always,
+}
+
+/// (kind, pattern texts)
+type Key = (Kind, Vec<String>);
 
 /// The calls of one function that match a pattern set, by start, with the running minimum of
 /// their ends (so "one ends before `pos`" is a binary search).
@@ -110,6 +123,14 @@ fn has_word(text: &str, word: &str) -> bool {
     text.match_indices(word).any(|(i, _)| {
         !text[..i].chars().next_back().is_some_and(ident) && !text[i + word.len()..].chars().next().is_some_and(ident)
     })
+}
+
+/// The call names a process group (`group=`, a barrier's positional group, a third positional
+/// argument of the other collectives).
+fn names_group(c: &Call) -> bool {
+    let named = c.keywords.iter().any(|(k, _)| matches!(k.as_str(), "group" | "process_group" | "pg"));
+    let positional = if c.last == "barrier" || c.last == "monitored_barrier" { 1 } else { 3 };
+    named || c.positional >= positional
 }
 
 fn is_signal_via(v: &str) -> bool {
@@ -256,8 +277,8 @@ impl Program {
     /// call on its normal path (not in an `except`), directly or through another. Tail: one whose
     /// last call is such a call, as a barrier helper ends with its barrier. A method call
     /// (`.destroy`) depends on its receiver, which a helper's body does not show: never a helper.
-    fn helpers(&self, pats: &[Pattern], tail: bool) -> Rc<Helpers> {
-        let key = (tail, pats.iter().map(|p| p.text.clone()).collect::<Vec<_>>());
+    fn helpers(&self, pats: &[Pattern], kind: Kind) -> Rc<Helpers> {
+        let key = (kind, pats.iter().map(|p| p.text.clone()).collect::<Vec<_>>());
         if let Some(h) = self.helpers_cache.borrow().get(&key) {
             return h.clone();
         }
@@ -273,11 +294,16 @@ impl Program {
             }
         };
         let counts = |mi: usize, ci: usize| {
-            let c = &self.modules[mi].calls[ci];
-            if tail {
-                self.outer_calls[mi][c.scope].last() == Some(&ci)
-            } else {
-                !self.modules[mi].ctxs[ci].except
+            let m = &self.modules[mi];
+            let c = &m.calls[ci];
+            match kind {
+                Kind::Tail => self.outer_calls[mi][c.scope].last() == Some(&ci),
+                Kind::Normal => !m.ctxs[ci].except,
+                Kind::Always => {
+                    let params = &m.scopes[c.scope].params;
+                    !m.ctxs[ci].except
+                        && !m.cond_texts(&m.ctxs[ci]).any(|t| params.iter().any(|(p, _)| has_word(t, p)))
+                }
             }
         };
         for (mi, m) in self.modules.iter().enumerate() {
@@ -302,12 +328,12 @@ impl Program {
     }
 
     /// Per function, its calls matching `pats` (directly or through a helper), found once.
-    fn matched(&self, pats: &[Pattern], tail: bool) -> Rc<Matched> {
-        let key = (tail, pats.iter().map(|p| p.text.clone()).collect::<Vec<_>>());
+    fn matched(&self, pats: &[Pattern], kind: Kind) -> Rc<Matched> {
+        let key = (kind, pats.iter().map(|p| p.text.clone()).collect::<Vec<_>>());
         if let Some(m) = self.matched_cache.borrow().get(&key) {
             return m.clone();
         }
-        let h = self.helpers(pats, tail);
+        let h = self.helpers(pats, kind);
         let out: Matched = self
             .modules
             .iter()
@@ -382,7 +408,7 @@ impl Program {
     /// The sites of a check, before its conditions.
     pub fn sites(&self, check: &Check) -> Vec<Site> {
         let mut out = Vec::new();
-        let h = check.def.site.helpers.then(|| self.helpers(&check.calls, false));
+        let h = check.def.site.helpers.then(|| self.helpers(&check.calls, Kind::Always));
         for (mi, m) in self.modules.iter().enumerate() {
             if !check.calls.is_empty() {
                 for (ci, c) in m.calls.iter().enumerate() {
@@ -489,7 +515,7 @@ impl Program {
             return false;
         }
         if w.first_in_function == Some(true) {
-            let sm = self.matched(&check.calls, false);
+            let sm = self.matched(&check.calls, if check.def.site.helpers { Kind::Always } else { Kind::Normal });
             if sm[site.module][site.scope].before(site.start).next().is_some() {
                 return false;
             }
@@ -501,8 +527,12 @@ impl Program {
             return false;
         }
         if !check.call_after.is_empty() {
-            let sm = self.matched(&check.call_after, false);
-            let later = sm[site.module][site.scope].from(site.end).first().map(|&ci| &m.calls[ci]);
+            let sm = self.matched(&check.call_after, Kind::Normal);
+            let later = sm[site.module][site.scope]
+                .from(site.end)
+                .iter()
+                .map(|&ci| &m.calls[ci])
+                .find(|c| w.later_unless_group != Some(true) || !names_group(c));
             match later {
                 Some(c) => site.notes.push(format!("`{}` follows at line {}", c.callee, m.position(c.start).0)),
                 None => return false,
@@ -512,7 +542,7 @@ impl Program {
             return false;
         }
         if !check.no_call_in_function.is_empty() {
-            let sm = self.matched(&check.no_call_in_function, false);
+            let sm = self.matched(&check.no_call_in_function, Kind::Normal);
             if !sm[site.module][site.scope].calls.is_empty() {
                 return false;
             }
@@ -561,12 +591,8 @@ impl Program {
         if w.statement.is_some_and(|s| s != c.statement) {
             return false;
         }
-        if w.unless_group == Some(true) {
-            let named = c.keywords.iter().any(|(k, _)| matches!(k.as_str(), "group" | "process_group" | "pg"));
-            let positional = if c.last == "barrier" || c.last == "monitored_barrier" { 1 } else { 3 };
-            if named || c.positional >= positional {
-                return false;
-            }
+        if w.unless_group == Some(true) && names_group(c) {
+            return false;
         }
         if let Some(re) = &check.backend_is {
             if let Some(lits) = self.backend_literals(mi, c) {
@@ -593,12 +619,13 @@ impl Program {
             return if c.splat_kw { None } else { Some(Vec::new()) };
         };
         let text = &m.src[s..e];
-        let lit = Regex::new(r#"["']([^"']*)["']"#).expect("valid");
+        static LIT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#"["']([^"']*)["']"#).expect("valid"));
+        static CONSTANT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"Backend\.([A-Za-z]+)").expect("valid"));
+        let lit = &*LIT;
         let lits = |t: &str| -> Vec<String> { lit.captures_iter(t).map(|c| c[1].to_string()).collect() };
         let mut direct = lits(text);
         // `dist.Backend.GLOO`: the backend named by its constant.
-        let constant = Regex::new(r"Backend\.([A-Za-z]+)").expect("valid");
-        direct.extend(constant.captures_iter(text).map(|c| c[1].to_string()));
+        direct.extend(CONSTANT.captures_iter(text).map(|c| c[1].to_string()));
         if !direct.is_empty() {
             return Some(direct);
         }
@@ -684,7 +711,7 @@ impl Program {
         let m = &self.modules[site.module];
         // The outermost branch inside the loop that holds the break.
         let branch = ctx.arms.iter().filter(|(s, _)| *s >= ls).last().copied();
-        let sm = self.matched(&check.call_in_loop, false);
+        let sm = self.matched(&check.call_in_loop, Kind::Normal);
         let found =
             sm[site.module][site.scope].from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(|&ci| {
                 let cctx = &m.ctxs[ci];
@@ -719,12 +746,19 @@ impl Program {
     }
 
     fn global_source(&self, m: &Module, scope: usize, before: usize, expr: &str, depth: usize) -> bool {
-        let src_re = Regex::new(
-            r#"\[\s*["']RANK["']\s*\]|\.get\(\s*["']RANK["']|getenv\(\s*["']RANK["']|\bget_rank\(\s*\)|\bget_global_rank\(\s*\)|SLURM_PROCID|OMPI_COMM_WORLD_RANK\b|\bPMI_RANK\b|\bPMIX_RANK\b"#,
-        )
-        .expect("valid");
-        // `rank % torch.cuda.device_count()` is a node-local index (ranks packed per node).
-        if expr.contains('%') || expr.contains("//") || expr.contains("device_count") {
+        static GLOBAL: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(
+                r#"\[\s*["']RANK["']\s*\]|\.get\(\s*["']RANK["']|getenv\(\s*["']RANK["']|\bget_rank\(\s*\)|\bget_global_rank\(\s*\)|SLURM_PROCID|OMPI_COMM_WORLD_RANK\b|\bPMI_RANK\b|\bPMIX_RANK\b"#,
+            )
+            .expect("valid")
+        });
+        static LOCAL: LazyLock<Regex> =
+            LazyLock::new(|| Regex::new(r"LOCAL_RANK|SLURM_LOCALID|OMPI_COMM_WORLD_LOCAL_RANK|MPI_LOCALRANKID|LOCAL_PROCID").expect("valid"));
+        static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[A-Za-z_][\w.]*").expect("valid"));
+        let src_re = &*GLOBAL;
+        // `rank % torch.cuda.device_count()` is a node-local index (ranks packed per node), and so
+        // is anything read from a local-rank variable (`os.environ.get("LOCAL_RANK", rank)`).
+        if expr.contains('%') || expr.contains("//") || expr.contains("device_count") || LOCAL.is_match(expr) {
             return false;
         }
         if src_re.is_match(expr) {
@@ -734,8 +768,7 @@ impl Program {
             return false;
         }
         // The names inside (`rank`, `args.rank`, `f"cuda:{rank}"`): what they were assigned.
-        let name_re = Regex::new(r"[A-Za-z_][\w.]*").expect("valid");
-        for n in name_re.find_iter(expr).map(|x| x.as_str()) {
+        for n in NAME.find_iter(expr).map(|x| x.as_str()) {
             if matches!(n, "int" | "str" | "torch.device" | "cuda" | "f" | "format") || n.starts_with("torch.") {
                 continue;
             }
@@ -761,7 +794,7 @@ impl Program {
     /// `no_call`: some chain of callers from an entry point (module-level code) to the site makes
     /// none of the calls. No entry point among the linted files: nothing can be said.
     fn no_call(&self, check: &Check, site: &mut Site, memo: &mut Memo) -> bool {
-        let sm = self.matched(&check.no_call, false);
+        let sm = self.matched(&check.no_call, Kind::Normal);
         let mut on_stack = HashSet::new();
         match self.free(&sm, site.module, site.scope, 0, memo, &mut on_stack).0 {
             Some(via) => {
@@ -882,7 +915,7 @@ impl Program {
             return false;
         }
         let any = *memo.file.entry((1, site.module)).or_insert_with(|| {
-            let h = self.helpers(&check.calls, false);
+            let h = self.helpers(&check.calls, Kind::Normal);
             let m = &self.modules[site.module];
             m.calls.iter().enumerate().any(|(ci, c)| {
                 (self.matches(site.module, c, &check.calls, &h) || Self::direct_any(&check.protected_by, c))
@@ -899,10 +932,10 @@ impl Program {
             return v;
         }
         memo.preceded.insert((mi, scope, pos), false);
-        let sm = self.matched(&check.no_call_before, true);
+        let sm = self.matched(&check.no_call_before, Kind::Tail);
         let mut v = sm[mi][scope].any_before(pos);
         if !v && !check.no_call_just_before.is_empty() {
-            let just = self.matched(&check.no_call_just_before, true);
+            let just = self.matched(&check.no_call_just_before, Kind::Tail);
             let outer = &self.outer_calls[mi][scope];
             let m = &self.modules[mi];
             let k = outer.partition_point(|&ci| m.calls[ci].start < pos);
@@ -937,7 +970,7 @@ impl Program {
         if check.call_between.is_empty() {
             return true;
         }
-        let sm = self.matched(&check.call_between, false);
+        let sm = self.matched(&check.call_between, Kind::Normal);
         match sm[site.module][site.scope].from(first.end).iter().map(|&ci| &m.calls[ci]).find(|c| c.end <= site.start) {
             Some(b) => {
                 site.notes.push(format!("with `{}` at line {} in between", b.callee, m.position(b.start).0));
@@ -974,8 +1007,8 @@ impl Program {
         if here.in_loop {
             return false;
         }
-        let h = self.helpers(&check.calls, false);
-        let sm = self.matched(&check.calls, false);
+        let h = self.helpers(&check.calls, Kind::Normal);
+        let sm = self.matched(&check.calls, Kind::Normal);
         let mut earlier: Vec<usize> = sm[site.module][site.scope].before(site.start).collect();
         earlier.reverse();
         for aj in earlier {
@@ -1006,10 +1039,11 @@ impl Program {
     /// `reached_via`: a chain of callers from the site reaches a function passed to one of the
     /// patterns (`mp.spawn(worker)`), and (with `env_rank_unset`) no function on it sets RANK.
     fn reached_via(&self, check: &Check, site: &mut Site) -> bool {
-        let env = Regex::new(
-            r#"environ\[\s*["']RANK["']\s*\]\s*=|environ\.update|environ\.setdefault\(\s*["']RANK|putenv\(\s*["']RANK"#,
-        )
-        .expect("valid");
+        static ENV: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(r#"environ\[\s*["']RANK["']\s*\]\s*=|environ\.update|environ\.setdefault\(\s*["']RANK|putenv\(\s*["']RANK"#)
+                .expect("valid")
+        });
+        let env = &*ENV;
         let sets_env = |mi: usize, scope: usize| {
             let m = &self.modules[mi];
             let s = &m.scopes[scope];

@@ -4,6 +4,9 @@
 //! some sample ranks take the branch and others do not; conditions that do not depend on the rank
 //! are taken to hold alike on every rank, and compared by their text.
 
+use std::sync::LazyLock;
+
+use regex::Regex;
 use tree_sitter::Node;
 
 use super::python::{squash, text, Cond, Module};
@@ -61,27 +64,45 @@ const ZERO_PREDICATES: &[&str] = &[
     "is_rank_zero",
     "is_rank_0",
     "is_rank0",
-    "rank0",
-    "rank_zero",
     "is_global_zero",
     "is_local_main_process",
     "is_local_master",
     "is_global_master",
+    "is_primary",
+    "is_global_primary",
+    "is_local_primary",
     "is_first_rank",
     "is_leader",
     "is_chief",
-    "main_process",
     "is_main_rank",
     "is_root",
 ];
 
-/// Something that names a rank (`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`)
-/// rather than a count of them (`world_size`, `num_ranks`).
+/// An expression whose value is a rank: a name like `rank`, `local_rank`, `args.global_rank`,
+/// `self.rank_idx`, `RANK` (not `first_rank`, `per_rank_load`, `mtp_on_this_rank`: flags), a call
+/// like `dist.get_rank()` or `mpu.get_tensor_model_parallel_rank()`, or `os.environ["RANK"]`.
 pub fn rank_like(t: &str) -> bool {
-    let l = t.to_ascii_lowercase();
-    l.contains("rank")
-        && !["size", "world", "num", "nrank", "ranks", "count", "total"].iter().any(|x| l.contains(x))
-        && !l.starts_with(['"', '\''])
+    static NAME: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)^_*((local|global|node|machine|ddp|dist|dp|tp|pp|cp|ep|data_parallel|tensor_model_parallel|pipeline_model_parallel|expert_model_parallel|context_parallel|process|proc|my|cur|current|world|group|pg)_?)?rank(_?(id|idx|index))?$",
+        )
+        .expect("valid")
+    });
+    static CALL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)^get_(\w+_)?rank$").expect("valid"));
+    static ENV: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r#"\[\s*["'](LOCAL_|GLOBAL_)?RANK["']\s*\]|\.get\(\s*["'](LOCAL_|GLOBAL_)?RANK["']|getenv\(\s*["'](LOCAL_|GLOBAL_)?RANK["']"#)
+            .expect("valid")
+    });
+    if t.starts_with(['"', '\'']) {
+        return false;
+    }
+    if ENV.is_match(t) {
+        return true;
+    }
+    if let Some(callee) = t.strip_suffix(')').and_then(|x| x.split_once('(')).map(|(c, _)| c) {
+        return CALL.is_match(callee.rsplit('.').next().unwrap_or(callee));
+    }
+    NAME.is_match(t.rsplit('.').next().unwrap_or(t))
 }
 
 fn last_name(t: &str) -> &str {
@@ -364,6 +385,9 @@ mod tests {
             "rank > 0",
             "self.rank == 0 and epoch % 10 == 0",
             "rank == 0 or verbose",
+            "mpu.get_tensor_model_parallel_rank() == 0",
+            "self.rank_idx != 0",
+            "utils.is_primary(args)",
         ] {
             assert!(path_of(c).selective, "{c} should be rank-selective");
         }
@@ -376,6 +400,11 @@ mod tests {
             "dist.is_initialized()",
             "self.local_rank != self.priority_rank",
             "num_ranks == 8",
+            "not self.is_built_on_rank()",
+            "self.per_rank_object_load",
+            "not mtp_on_this_rank",
+            "first_rank",
+            "rank0",
         ] {
             assert!(!path_of(c).selective, "{c} should not be rank-selective");
         }
