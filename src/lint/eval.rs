@@ -248,10 +248,18 @@ impl Program {
             return false;
         }
         if mi == h.module {
-            // `x.run()` is a method of x, not this file's function `run`; and `th.save()` on an
-            // imported module (`import torch as th`) is that module's, not this file's method.
-            let receiver = c.callee.split('.').next().unwrap_or("");
-            return s.is_method == c.attr && !(c.attr && self.modules[mi].import_words.contains(receiver));
+            // `x.run()` is a method, not this file's function `run`; and a method of this file
+            // only through `self`/`cls`/`super()` or a variable made by one of its classes
+            // (`trainer = Trainer(...)`): `coco_eval.evaluate()` or `th.save()` are someone else's.
+            if s.is_method != c.attr {
+                return false;
+            }
+            return !c.attr
+                || match self.receiver_class(mi, c) {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(cls)) => s.class.as_deref() == Some(cls.as_str()),
+                };
         }
         if s.is_method || self.defined[mi].contains(&(s.name.clone(), false)) {
             return false;
@@ -263,6 +271,29 @@ impl Program {
         } else {
             m.import_words.contains(&s.name) || m.star_imports.iter().any(|x| x == stem)
         }
+    }
+
+    /// The class of the receiver of `x.m()` when it is one of this file's: `self`/`cls` (the
+    /// caller's class; Some(None) when the caller is no method, or for `super()`), a class name,
+    /// or a variable assigned from one's constructor. None: someone else's object.
+    fn receiver_class(&self, mi: usize, c: &Call) -> Option<Option<String>> {
+        let m = &self.modules[mi];
+        let receiver = c.callee.rsplit_once('.').map_or("", |(r, _)| r);
+        if matches!(receiver, "self" | "cls") {
+            return Some(m.scopes[c.scope].class.clone());
+        }
+        if receiver == "super()" || receiver.starts_with("self.") {
+            return Some(None);
+        }
+        if m.classes.contains(receiver) {
+            return Some(Some(receiver.to_string()));
+        }
+        m.assigns.iter().filter(|a| a.target == receiver).find_map(|a| {
+            let v = a.value.trim_start();
+            let ctor: String = v.chars().take_while(|ch| ch.is_alphanumeric() || *ch == '_' || *ch == '.').collect();
+            let name = ctor.rsplit('.').next().unwrap_or(&ctor).to_string();
+            (v[ctor.len()..].starts_with('(') && m.classes.contains(&name)).then_some(Some(name))
+        })
     }
 
     fn matches(&self, mi: usize, c: &Call, pats: &[Pattern], h: &Helpers) -> bool {
@@ -528,11 +559,20 @@ impl Program {
         }
         if !check.call_after.is_empty() {
             let sm = self.matched(&check.call_after, Kind::Normal);
-            let later = sm[site.module][site.scope]
-                .from(site.end)
-                .iter()
-                .map(|&ci| &m.calls[ci])
-                .find(|c| w.later_unless_group != Some(true) || !names_group(c));
+            // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
+            // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
+            let mine = (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
+            let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
+                let c = &m.calls[ci];
+                if w.later_unless_group == Some(true) && names_group(c) {
+                    return false;
+                }
+                mine.as_ref().is_none_or(|p| {
+                    let other = self.rank_path(site.module, c.start, c.end, &m.ctxs[ci], None);
+                    !p.uniform.iter().any(|(t, pos)| other.uniform.iter().any(|(t2, pos2)| t == t2 && pos != pos2))
+                })
+            });
+            let later = later.map(|ci| &m.calls[ci]);
             match later {
                 Some(c) => site.notes.push(format!("`{}` follows at line {}", c.callee, m.position(c.start).0)),
                 None => return false,

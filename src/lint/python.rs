@@ -12,6 +12,8 @@ pub struct Scope {
     pub name: String,
     /// Defined directly in a class body: called as `x.name()`.
     pub is_method: bool,
+    /// That class's name.
+    pub class: Option<String>,
     /// Its decorators as written (`@pytest.fixture`).
     pub decorators: String,
     /// Its parameters and their defaults as written (`backend`, `'gloo'`).
@@ -110,6 +112,8 @@ pub struct Module {
     /// Functions installed with `signal.signal(sig, f)` (or `self.f`): an exit path of their own.
     pub handlers: HashSet<String>,
     pub assigns: Vec<Assign>,
+    /// Classes defined in the file.
+    pub classes: HashSet<String>,
     /// Function names passed by name to a call (`(name, via)`), resolved into `calls` once all
     /// files are known.
     pub refs: Vec<(String, Call)>,
@@ -146,6 +150,7 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         scopes: vec![Scope {
             name: "<module>".into(),
             is_method: false,
+            class: None,
             decorators: String::new(),
             params: Vec::new(),
             start: 0,
@@ -160,6 +165,7 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         atexit: HashSet::new(),
         handlers: HashSet::new(),
         assigns: Vec::new(),
+        classes: HashSet::new(),
         refs: Vec::new(),
         line_starts,
         src: String::new(),
@@ -219,14 +225,32 @@ fn walk(src: &str, root: Node, m: &mut Module) {
                     }
                     p = dec.parent();
                 }
-                let is_method = p
-                    .is_some_and(|b| b.kind() == "block" && b.parent().is_some_and(|c| c.kind() == "class_definition"));
+                let class = p
+                    .filter(|b| b.kind() == "block")
+                    .and_then(|b| b.parent())
+                    .filter(|c| c.kind() == "class_definition")
+                    .and_then(|c| c.child_by_field_name("name"))
+                    .map(|x| text(src, x).to_string());
+                let is_method = class.is_some();
                 let params = n.child_by_field_name("parameters").map(|ps| params(src, ps)).unwrap_or_default();
-                m.scopes.push(Scope { name, is_method, decorators, params, start: n.start_byte(), end: n.end_byte() });
+                m.scopes.push(Scope {
+                    name,
+                    is_method,
+                    class,
+                    decorators,
+                    params,
+                    start: n.start_byte(),
+                    end: n.end_byte(),
+                });
                 scope = m.scopes.len() - 1;
                 m.scope_by_start.insert(n.start_byte(), scope);
             }
             "import_statement" | "import_from_statement" => import(src, n, m),
+            "class_definition" => {
+                if let Some(name) = n.child_by_field_name("name") {
+                    m.classes.insert(text(src, name).to_string());
+                }
+            }
             "assignment" => {
                 if let (Some(l), Some(r)) = (n.child_by_field_name("left"), n.child_by_field_name("right")) {
                     if matches!(l.kind(), "identifier" | "attribute") {

@@ -328,19 +328,34 @@ pub fn path(m: &Module, conds: &[Cond]) -> Path {
         } else {
             parts.push(node);
         }
-        for n in parts {
+        for mut n in parts {
+            // `not x` holding is x not holding: one text for both, so that they contradict.
+            let mut positive = c.positive;
+            loop {
+                match n.kind() {
+                    "not_operator" => match n.child_by_field_name("argument") {
+                        Some(a) => {
+                            n = a;
+                            positive = !positive;
+                        }
+                        None => break,
+                    },
+                    "parenthesized_expression" if n.named_child_count() == 1 => n = n.named_child(0).unwrap(),
+                    _ => break,
+                }
+            }
             let mut s = sig_of(m, n);
-            if !c.positive {
+            if !positive {
                 s = s.map(Tri::not);
             }
             if s.iter().all(|t| *t == Tri::U) {
-                p.uniform.push((squash(text(&m.src, n)), c.positive));
+                p.uniform.push((squash(text(&m.src, n)), positive));
             } else {
                 for (a, b) in p.sig.iter_mut().zip(s) {
                     *a = a.and(b);
                 }
                 let t = text(&m.src, n).split_whitespace().collect::<Vec<_>>().join(" ");
-                p.rank_conds.push(if c.positive { t } else { format!("not ({t})") });
+                p.rank_conds.push(if positive { t } else { format!("not ({t})") });
             }
         }
     }
