@@ -224,6 +224,8 @@ pub struct Check {
     pub torch: Option<Range>,
     pub calls: Vec<Pattern>,
     pub query: Option<tree_sitter::Query>,
+    /// The query is `(some_statement) @site`: its sites are the statements the walk indexed.
+    pub statement_kind: Option<String>,
     pub args_not: Option<Regex>,
     pub in_branch: Option<Regex>,
     pub guard: Option<Regex>,
@@ -313,10 +315,17 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
             .map(Range::parse)
             .transpose()
             .map_err(|e| anyhow!("{}", ctx(format!("torch: {e}"))))?;
+        let statement_kind = def.site.query.as_deref().and_then(|q| {
+            let q = q.trim();
+            let inner = q.strip_prefix('(')?.strip_suffix("@site")?.trim_end().strip_suffix(')')?;
+            (inner.ends_with("_statement") && inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then(|| inner.to_string())
+        });
         out.push(Check {
             torch,
             calls,
             query,
+            statement_kind,
             args_not: re(&w.args_not, "when.args_not")?,
             in_branch: re(&w.in_branch, "when.in_branch")?,
             guard: re(&w.unless_guarded, "when.unless_guarded")?,

@@ -155,18 +155,7 @@ impl Program {
             }
             m.calls.sort_by_key(|c| c.start);
         }
-        // The statement context of every call, one thread per file.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(modules.len().max(1));
-        if threads > 1 {
-            let chunk = modules.len().div_ceil(threads);
-            std::thread::scope(|s| {
-                for part in modules.chunks_mut(chunk) {
-                    s.spawn(move || part.iter_mut().for_each(Module::compute_ctxs));
-                }
-            });
-        } else {
-            modules.iter_mut().for_each(Module::compute_ctxs);
-        }
+        modules.iter_mut().for_each(Module::reset_ctxs);
         let mut by_name: HashMap<String, Vec<CallRef>> = HashMap::new();
         let mut scope_calls = Vec::new();
         let mut outer_calls = Vec::new();
@@ -329,11 +318,11 @@ impl Program {
             let c = &m.calls[ci];
             match kind {
                 Kind::Tail => self.outer_calls[mi][c.scope].last() == Some(&ci),
-                Kind::Normal => !m.ctxs[ci].except,
+                Kind::Normal => !m.call_ctx(ci).except,
                 Kind::Always => {
                     let params = &m.scopes[c.scope].params;
-                    !m.ctxs[ci].except
-                        && !m.cond_texts(&m.ctxs[ci]).any(|t| params.iter().any(|(p, _)| has_word(t, p)))
+                    !m.call_ctx(ci).except
+                        && !m.cond_texts(&m.call_ctx(ci)).any(|t| params.iter().any(|(p, _)| has_word(t, p)))
                 }
             }
         };
@@ -456,7 +445,11 @@ impl Program {
                     }
                 }
             }
-            if let Some(q) = &check.query {
+            if let Some(kind) = &check.statement_kind {
+                for &(s, e) in m.statements.get(kind.as_str()).into_iter().flatten() {
+                    out.push(Site { module: mi, start: s, end: e, scope: m.scope_at(s, e), call: None, notes: vec![] });
+                }
+            } else if let Some(q) = &check.query {
                 let idx = q.capture_index_for_name("site").expect("checked at load");
                 let mut cur = tree_sitter::QueryCursor::new();
                 let mut it = cur.matches(q, m.tree.root_node(), m.src.as_bytes());
@@ -507,7 +500,7 @@ impl Program {
         }
         let own;
         let ctx = match site.call {
-            Some(ci) => &m.ctxs[ci],
+            Some(ci) => &m.call_ctx(ci),
             None => {
                 own = m.ctx(site.start, site.end);
                 &own
@@ -526,7 +519,7 @@ impl Program {
         if w.on_exception_path == Some(true) && !ctx.except && !check.protected_by.is_empty() {
             if let Some((ts, te)) = ctx.finally_try {
                 let aborts = self.calls_in(site.module, site.scope).any(|(ci, c)| {
-                    c.start >= ts && c.end <= te && m.ctxs[ci].except && Self::direct_any(&check.protected_by, c)
+                    c.start >= ts && c.end <= te && m.call_ctx(ci).except && Self::direct_any(&check.protected_by, c)
                 });
                 if aborts {
                     return false;
@@ -561,14 +554,15 @@ impl Program {
             let sm = self.matched(&check.call_after, Kind::Normal);
             // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
             // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
-            let mine = (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
+            let mine =
+                (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
             let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
                 let c = &m.calls[ci];
                 if w.later_unless_group == Some(true) && names_group(c) {
                     return false;
                 }
                 mine.as_ref().is_none_or(|p| {
-                    let other = self.rank_path(site.module, c.start, c.end, &m.ctxs[ci], None);
+                    let other = self.rank_path(site.module, c.start, c.end, &m.call_ctx(ci), None);
                     !p.uniform.iter().any(|(t, pos)| other.uniform.iter().any(|(t2, pos2)| t == t2 && pos != pos2))
                 })
             });
@@ -706,7 +700,7 @@ impl Program {
                 if cj == ci || c.last != me.last || c.via.is_some() {
                     continue;
                 }
-                let cctx = &m.ctxs[cj];
+                let cctx = &m.call_ctx(cj);
                 let other_arm = cctx.arms.iter().any(|&(s, a)| ctx.arms.iter().any(|&(s2, a2)| s == s2 && a != a2));
                 if other_arm || rank::complementary(&p, &self.rank_path(site.module, c.start, c.end, cctx, None)) {
                     return false;
@@ -733,7 +727,7 @@ impl Program {
         }
         let me = &m.calls[ci];
         let mirrored = self.calls_in(site.module, site.scope).any(|(cj, c)| {
-            let cctx = &m.ctxs[cj];
+            let cctx = &m.call_ctx(cj);
             cj != ci
                 && c.last == me.last
                 && c.via.is_none()
@@ -754,7 +748,7 @@ impl Program {
         let sm = self.matched(&check.call_in_loop, Kind::Normal);
         let found =
             sm[site.module][site.scope].from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(|&ci| {
-                let cctx = &m.ctxs[ci];
+                let cctx = &m.call_ctx(ci);
                 branch.is_none_or(|b| !cctx.arms.contains(&b))
             });
         match found {
@@ -792,8 +786,10 @@ impl Program {
             )
             .expect("valid")
         });
-        static LOCAL: LazyLock<Regex> =
-            LazyLock::new(|| Regex::new(r"LOCAL_RANK|SLURM_LOCALID|OMPI_COMM_WORLD_LOCAL_RANK|MPI_LOCALRANKID|LOCAL_PROCID").expect("valid"));
+        static LOCAL: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(r"LOCAL_RANK|SLURM_LOCALID|OMPI_COMM_WORLD_LOCAL_RANK|MPI_LOCALRANKID|LOCAL_PROCID")
+                .expect("valid")
+        });
         static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[A-Za-z_][\w.]*").expect("valid"));
         let src_re = &*GLOBAL;
         // `rank % torch.cuda.device_count()` is a node-local index (ranks packed per node), and so
@@ -868,7 +864,7 @@ impl Program {
         if !on_stack.insert((mi, scope)) {
             return (None, true);
         }
-        let makes = sm[mi][scope].calls.iter().any(|&ci| !self.modules[mi].ctxs[ci].except);
+        let makes = sm[mi][scope].calls.iter().any(|&ci| !self.modules[mi].call_ctx(ci).except);
         let mut tainted = false;
         let v = if makes {
             None
@@ -909,7 +905,7 @@ impl Program {
                 || m.handlers.contains(&f.name)
                 || w.protected_functions.contains(&f.name)
                 || w.protected_decorators.iter().any(|d| has_word(&f.decorators, d)));
-        let ctx = &m.ctxs[ci];
+        let ctx = &m.call_ctx(ci);
         named || c.via.as_deref().is_some_and(|v| v.ends_with("atexit.register")) || ctx.finally || ctx.except
     }
 
@@ -1043,7 +1039,7 @@ impl Program {
         let m = &self.modules[site.module];
         let Some(ci) = site.call else { return false };
         let me = &m.calls[ci];
-        let here = &m.ctxs[ci];
+        let here = &m.call_ctx(ci);
         if here.in_loop {
             return false;
         }
@@ -1059,7 +1055,7 @@ impl Program {
             if Self::direct_any(&check.calls, a) && a.args != me.args {
                 continue;
             }
-            let actx = &m.ctxs[aj];
+            let actx = &m.call_ctx(aj);
             let exclusive = actx.arms.iter().any(|&(s, arm)| {
                 here.arms.iter().any(|&(s2, arm2)| s == s2 && arm != arm2 && arm != FINALLY_ARM && arm2 != FINALLY_ARM)
             });

@@ -434,7 +434,10 @@ mod fixtures {
     /// when the torch is not known.
     #[test]
     fn torch_specific_checks_follow_the_torch() {
-        let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures/torchtitan-train.py")).unwrap();
+        let src = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures/torchtitan-train.py"),
+        )
+        .unwrap();
         let sev = |t: Option<Version>| {
             let r = lint_sources(vec![("t.py".into(), src.clone())], t).unwrap();
             r.findings.iter().find(|f| f.rule == "no-barrier-before-destroy").map(|f| f.severity)

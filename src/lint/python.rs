@@ -99,8 +99,9 @@ pub struct Module {
     /// The scope of a function by the start byte of its `def`.
     scope_by_start: HashMap<usize, usize>,
     pub calls: Vec<Call>,
-    /// Per call (same index): its statement context.
-    pub ctxs: Vec<Ctx>,
+    /// Per call (same index): its statement context, computed when first asked for (most
+    /// calls, `print(...)`, `len(...)`, are never asked about).
+    ctxs: Vec<std::cell::OnceCell<Ctx>>,
     /// The text of every import statement.
     pub imports: String,
     /// Every identifier named by an import statement (`from a.b import c as d`: a, b, c, d).
@@ -114,6 +115,8 @@ pub struct Module {
     pub assigns: Vec<Assign>,
     /// Classes defined in the file.
     pub classes: HashSet<String>,
+    /// Statements by kind (`return_statement`): the sites of simple queries, found in the walk.
+    pub statements: HashMap<&'static str, Vec<(usize, usize)>>,
     /// Function names passed by name to a call (`(name, via)`), resolved into `calls` once all
     /// files are known.
     pub refs: Vec<(String, Call)>,
@@ -166,6 +169,7 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         handlers: HashSet::new(),
         assigns: Vec::new(),
         classes: HashSet::new(),
+        statements: HashMap::new(),
         refs: Vec::new(),
         line_starts,
         src: String::new(),
@@ -203,73 +207,104 @@ fn is_ident_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Every node, with the function it belongs to (iterative: nesting depth is the input's).
+/// Every node in source order, with the function it belongs to (a tree cursor: no allocation
+/// per node, and nesting depth is the input's).
 fn walk(src: &str, root: Node, m: &mut Module) {
-    let mut stack = vec![(root, 0usize)];
-    while let Some((n, outer)) = stack.pop() {
-        let mut scope = outer;
-        match n.kind() {
-            "function_definition" => {
-                let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
-                // A method's def sits in a class body block (maybe under a decorator).
-                let mut p = n.parent();
-                let mut decorators = String::new();
-                if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
-                    let mut c = dec.walk();
-                    for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
-                        decorators.push_str(text(src, d));
-                        decorators.push('\n');
-                        if squash(text(src, d)).starts_with("@atexit.register") {
-                            m.atexit.insert(name.clone());
-                        }
-                    }
-                    p = dec.parent();
-                }
-                let class = p
-                    .filter(|b| b.kind() == "block")
-                    .and_then(|b| b.parent())
-                    .filter(|c| c.kind() == "class_definition")
-                    .and_then(|c| c.child_by_field_name("name"))
-                    .map(|x| text(src, x).to_string());
-                let is_method = class.is_some();
-                let params = n.child_by_field_name("parameters").map(|ps| params(src, ps)).unwrap_or_default();
-                m.scopes.push(Scope {
-                    name,
-                    is_method,
-                    class,
-                    decorators,
-                    params,
-                    start: n.start_byte(),
-                    end: n.end_byte(),
-                });
-                scope = m.scopes.len() - 1;
-                m.scope_by_start.insert(n.start_byte(), scope);
-            }
-            "import_statement" | "import_from_statement" => import(src, n, m),
-            "class_definition" => {
-                if let Some(name) = n.child_by_field_name("name") {
-                    m.classes.insert(text(src, name).to_string());
-                }
-            }
-            "assignment" => {
-                if let (Some(l), Some(r)) = (n.child_by_field_name("left"), n.child_by_field_name("right")) {
-                    if matches!(l.kind(), "identifier" | "attribute") {
-                        m.assigns.push(Assign {
-                            scope,
-                            target: squash(text(src, l)),
-                            value: text(src, r).to_string(),
-                            start: n.start_byte(),
-                        });
-                    }
-                }
-            }
-            "call" => call(src, n, scope, m),
-            _ => {}
+    let mut cur = root.walk();
+    // (depth of the def, its scope): the functions the cursor is inside.
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0usize;
+    loop {
+        let n = cur.node();
+        let outer = open.last().map_or(0, |s| s.1);
+        let scope = visit(src, n, outer, m);
+        if scope != outer {
+            open.push((depth, scope));
         }
-        let mut c = n.walk();
-        let kids: Vec<Node> = n.children(&mut c).collect();
-        stack.extend(kids.into_iter().rev().map(|k| (k, scope)));
+        if cur.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        loop {
+            while open.last().is_some_and(|s| s.0 == depth) {
+                open.pop();
+            }
+            if cur.goto_next_sibling() {
+                break;
+            }
+            if !cur.goto_parent() {
+                return;
+            }
+            depth -= 1;
+        }
     }
+}
+
+/// What one node adds to the module; the scope its children belong to.
+fn visit(src: &str, n: Node, outer: usize, m: &mut Module) -> usize {
+    let mut scope = outer;
+    if n.kind().ends_with("_statement") {
+        m.statements.entry(n.kind()).or_default().push((n.start_byte(), n.end_byte()));
+    }
+    match n.kind() {
+        "function_definition" => {
+            let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
+            // A method's def sits in a class body block (maybe under a decorator).
+            let mut p = n.parent();
+            let mut decorators = String::new();
+            if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
+                let mut c = dec.walk();
+                for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
+                    decorators.push_str(text(src, d));
+                    decorators.push('\n');
+                    if squash(text(src, d)).starts_with("@atexit.register") {
+                        m.atexit.insert(name.clone());
+                    }
+                }
+                p = dec.parent();
+            }
+            let class = p
+                .filter(|b| b.kind() == "block")
+                .and_then(|b| b.parent())
+                .filter(|c| c.kind() == "class_definition")
+                .and_then(|c| c.child_by_field_name("name"))
+                .map(|x| text(src, x).to_string());
+            let is_method = class.is_some();
+            let params = n.child_by_field_name("parameters").map(|ps| params(src, ps)).unwrap_or_default();
+            m.scopes.push(Scope {
+                name,
+                is_method,
+                class,
+                decorators,
+                params,
+                start: n.start_byte(),
+                end: n.end_byte(),
+            });
+            scope = m.scopes.len() - 1;
+            m.scope_by_start.insert(n.start_byte(), scope);
+        }
+        "import_statement" | "import_from_statement" => import(src, n, m),
+        "class_definition" => {
+            if let Some(name) = n.child_by_field_name("name") {
+                m.classes.insert(text(src, name).to_string());
+            }
+        }
+        "assignment" => {
+            if let (Some(l), Some(r)) = (n.child_by_field_name("left"), n.child_by_field_name("right")) {
+                if matches!(l.kind(), "identifier" | "attribute") {
+                    m.assigns.push(Assign {
+                        scope,
+                        target: squash(text(src, l)),
+                        value: text(src, r).to_string(),
+                        start: n.start_byte(),
+                    });
+                }
+            }
+        }
+        "call" => call(src, n, scope, m),
+        _ => {}
+    }
+    scope
 }
 
 fn params(src: &str, ps: Node) -> Vec<(String, Option<String>)> {
@@ -462,9 +497,15 @@ impl Module {
         self.tree.root_node().descendant_for_byte_range(start, end).unwrap_or(self.tree.root_node())
     }
 
-    /// Per call, its statement context (done once; the evaluator reads `ctxs`).
-    pub fn compute_ctxs(&mut self) {
-        self.ctxs = self.calls.iter().map(|c| self.ctx(c.start, c.end)).collect();
+    /// Make room for the calls' contexts once the call list is final (`eval::Program::new`).
+    pub fn reset_ctxs(&mut self) {
+        self.ctxs = (0..self.calls.len()).map(|_| std::cell::OnceCell::new()).collect();
+    }
+
+    /// The statement context of call `ci`.
+    pub fn call_ctx(&self, ci: usize) -> &Ctx {
+        let c = &self.calls[ci];
+        self.ctxs[ci].get_or_init(|| self.ctx(c.start, c.end))
     }
 
     /// The statement context of the node at `start..end`, up to its function.

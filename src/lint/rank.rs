@@ -378,9 +378,9 @@ mod tests {
     fn path_of(cond: &str) -> Path {
         let src = format!("if {cond}:\n    dist.barrier()\n");
         let mut m = super::super::python::parse("t.py", src).unwrap();
-        m.compute_ctxs();
+        m.reset_ctxs();
         let i = m.calls.iter().position(|c| c.last == "barrier").unwrap();
-        path(&m, &m.ctxs[i].conds)
+        path(&m, &m.call_ctx(i).conds)
     }
 
     #[test]
