@@ -90,6 +90,9 @@ impl ScopeMatches {
 /// Per module and function.
 type Matched = Vec<Vec<ScopeMatches>>;
 
+/// The calls of one function.
+type Callers = Rc<Vec<CallRef>>;
+
 /// What a check remembers across its sites.
 #[derive(Default)]
 pub struct Memo {
@@ -113,7 +116,7 @@ pub struct Program {
     stems: Vec<String>,
     helpers_cache: RefCell<HashMap<Key, Rc<Helpers>>>,
     matched_cache: RefCell<HashMap<Key, Rc<Matched>>>,
-    callers_cache: RefCell<HashMap<(usize, usize), Rc<Vec<CallRef>>>>,
+    callers_cache: RefCell<HashMap<(usize, usize), Callers>>,
     path_cache: RefCell<HashMap<(usize, usize, usize), Rc<rank::Path>>>,
 }
 
@@ -322,7 +325,7 @@ impl Program {
                 Kind::Always => {
                     let params = &m.scopes[c.scope].params;
                     !m.call_ctx(ci).except
-                        && !m.cond_texts(&m.call_ctx(ci)).any(|t| params.iter().any(|(p, _)| has_word(t, p)))
+                        && !m.cond_texts(m.call_ctx(ci)).any(|t| params.iter().any(|(p, _)| has_word(t, p)))
                 }
             }
         };
@@ -383,7 +386,7 @@ impl Program {
     }
 
     /// Calls (and references) of function `scope` of module `mi`.
-    fn callers(&self, mi: usize, scope: usize) -> Rc<Vec<CallRef>> {
+    fn callers(&self, mi: usize, scope: usize) -> Callers {
         if scope == 0 {
             return Rc::new(Vec::new());
         }
@@ -500,7 +503,7 @@ impl Program {
         }
         let own;
         let ctx = match site.call {
-            Some(ci) => &m.call_ctx(ci),
+            Some(ci) => m.call_ctx(ci),
             None => {
                 own = m.ctx(site.start, site.end);
                 &own
@@ -562,7 +565,7 @@ impl Program {
                     return false;
                 }
                 mine.as_ref().is_none_or(|p| {
-                    let other = self.rank_path(site.module, c.start, c.end, &m.call_ctx(ci), None);
+                    let other = self.rank_path(site.module, c.start, c.end, m.call_ctx(ci), None);
                     !p.uniform.iter().any(|(t, pos)| other.uniform.iter().any(|(t2, pos2)| t == t2 && pos != pos2))
                 })
             });
@@ -731,10 +734,8 @@ impl Program {
             cj != ci
                 && c.last == me.last
                 && c.via.is_none()
-                && ((c.start >= ts
-                    && c.start < te
-                    && !cctx.arms.iter().any(|&(s, a)| s == ts && a != 0 && a != FINALLY_ARM))
-                    || c.start >= te)
+                // After the try, or in its body or else (not one of its handlers).
+                && (c.start >= te || (c.start >= ts && !cctx.arms.iter().any(|&(s, a)| s == ts && a != 0 && a != FINALLY_ARM)))
         });
         !mirrored
     }
@@ -744,7 +745,7 @@ impl Program {
         let Some((ls, le)) = ctx.loop_body else { return false };
         let m = &self.modules[site.module];
         // The outermost branch inside the loop that holds the break.
-        let branch = ctx.arms.iter().filter(|(s, _)| *s >= ls).last().copied();
+        let branch = ctx.arms.iter().rfind(|(s, _)| *s >= ls).copied();
         let sm = self.matched(&check.call_in_loop, Kind::Normal);
         let found =
             sm[site.module][site.scope].from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(|&ci| {

@@ -20,6 +20,9 @@ use crate::rules::version::Version;
 
 pub use torch::Python;
 
+/// A fix before it is tied to its finding's index: description and replacements.
+type Fix = (String, Vec<LintEdit>);
+
 /// How a run chooses the torch version (see `torch`).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -179,7 +182,7 @@ fn run(sources: Vec<(String, String, torch::TorchEnv)>) -> Result<LintReport> {
     }
     let program = eval::Program::new(modules);
     let mut active = Vec::new();
-    let mut found: Vec<(Finding, Option<(String, Vec<LintEdit>)>)> = Vec::new();
+    let mut found: Vec<(Finding, Option<Fix>)> = Vec::new();
     for c in &checks {
         let applies: Vec<torch::Applies> =
             envs.iter().map(|e| c.def.torch.as_deref().map_or(torch::Applies::Yes, |r| e.applies(r))).collect();
@@ -305,7 +308,7 @@ fn finding(
 }
 
 /// The check's mechanical fix at this site, if it has one and it applies here.
-fn edit(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Option<(String, Vec<LintEdit>)> {
+fn edit(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Option<Fix> {
     let e = c.def.edit.as_ref()?;
     let m = &p.modules[site.module];
     let call = &m.calls[site.call?];
