@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
+use epdoctor::model::version::{Range, Version};
 use epdoctor::rules::schema::{self, Rule};
-use epdoctor::rules::version::{Range, Version};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Deserialize;
 

@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::exit;
+use crate::model::version::Version;
 use crate::model::{Evidence, Finding, LintEdit, LintFix, LintReport, Severity, SCHEMA_VERSION};
-use crate::rules::version::Version;
 
 pub use torch::Python;
 
@@ -30,17 +29,6 @@ pub struct Options {
     pub torch: Option<Version>,
     /// `--python`: whose installed torch to read.
     pub python: Python,
-}
-
-/// 2 when a file does not parse, 1 on a warning or worse, 0 otherwise.
-pub fn exit_code(r: &LintReport) -> u8 {
-    if !r.errors.is_empty() {
-        exit::ERROR
-    } else if r.findings.iter().any(|f| f.severity >= Severity::Warning) {
-        exit::ACTIONABLE
-    } else {
-        exit::OK
-    }
 }
 
 /// Files given, and the `.py` files under folders given (see `walk`).

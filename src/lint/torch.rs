@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use crate::rules::version::Version;
+use crate::model::version::Version;
 
 /// Half-open `[lo, hi)` over releases (`hi` None: no upper bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

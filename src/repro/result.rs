@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::Outcome;
 use super::leftovers::Leftovers;
-use super::markers::RankMarkers;
 use crate::model::{Severity, Verdict};
+use crate::sys::markers::RankMarkers;
 
 pub const SCHEMA_VERSION: u32 = 1;
 pub const CELLS_FILE: &str = "cells.json";
@@ -56,6 +56,9 @@ pub struct Run {
     /// What `lint` finds in the command's Python scripts, before any cell runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lint: Vec<crate::model::Finding>,
+    /// `--bisect-nccl`: the releases probed and the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<super::bisect::Outcome>,
 }
 
 impl Run {

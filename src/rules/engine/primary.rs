@@ -33,6 +33,20 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// A culprit that outranks the picked primary: the first finding whose rule leads over any
+    /// primary (`"*"`), else the first that leads over the picked one (or over none).
+    pub(crate) fn culprit(&self, findings: &[Cand], picked: Option<usize>) -> Option<usize> {
+        let leads = |i: usize| &self.rules[findings[i].rule].def.leads_over;
+        let over_any = (0..findings.len()).find(|&i| leads(i).iter().any(|r| r == "*"));
+        over_any.or_else(|| {
+            let victim = picked.map(|p| findings[p].finding.rule.as_str());
+            (0..findings.len())
+                .find(|&i| !leads(i).is_empty() && victim.is_none_or(|v| leads(i).iter().any(|r| r == v)))
+        })
+    }
+}
+
 /// Whether hit `a` happened before hit `b`, where that can be told: by timestamp when both lines
 /// carry one (the clocks of ranks on one machine agree), else by line within one input; `None`
 /// across inputs without times.
@@ -61,12 +75,22 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
             .unwrap_or_else(|| (-a.priority, st.canon(&a.first)) < (-b.priority, st.canon(&b.first)))
     };
     let pick = |c: &mut dyn Iterator<Item = usize>| c.reduce(|x, y| if before(y, x) { y } else { x });
-    let actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    let mut actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    // A generic banner (wrapper level 2: std::terminate, a launcher's exception summary, a crash
+    // banner) is the primary only when nothing else is actionable, its own wrapped cause included.
+    if actionable.iter().any(|&i| findings[i].wrapper < 2) {
+        actionable.retain(|&i| findings[i].wrapper < 2);
+    }
     if let Some(i) = pick(&mut actionable.iter().copied().filter(|&i| findings[i].lead)) {
         return Some(i);
     }
     if !actionable.is_empty() {
-        return pick(&mut actionable.iter().copied().filter(|&i| !findings[i].symptom)).or_else(|| {
+        // Causes before effects before generic banners: a wrapper never outranks what it wraps.
+        let level = actionable.iter().filter(|&&i| !findings[i].symptom).map(|&i| findings[i].wrapper).min();
+        return pick(
+            &mut actionable.iter().copied().filter(|&i| !findings[i].symptom && Some(findings[i].wrapper) == level),
+        )
+        .or_else(|| {
             // Only symptoms: the one closest to the cause (highest priority), then the earliest.
             let top = actionable.iter().map(|&i| findings[i].priority).max();
             pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].priority) == top))

@@ -275,77 +275,18 @@ impl Engine {
                 src.ranks.insert(r);
             }
         }
-        let mut cands: Vec<usize> = Vec::new();
-        let mut outcome = None;
-        for m in matches {
-            match self.slots[m] {
-                Slot::Rule(r) => {
-                    if !cands.contains(&r) {
-                        cands.push(r);
-                    }
-                }
-                Slot::Marker(i) => {
-                    let p = self.markers[i].0.phase;
-                    // Teardown is sticky: a later communicator's init does not undo it.
-                    if src.phase != Some(Phase::Teardown) || p == Phase::Teardown {
-                        src.phase = Some(p);
-                    }
-                }
-                Slot::Outcome(i) => outcome = Some(self.outcome_markers[i].outcome),
-                Slot::Internal(Internal::NcclVersion) => {
-                    if let Some(c) = self.nccl_version_re.captures(line) {
-                        add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
-                    }
-                }
-                Slot::Internal(Internal::TorchVersion) => {
-                    if let Some(c) = self.torch_version_re.captures(line) {
-                        offer_version(&mut st.torch_version, format!("{}{}", &c[1], &c[2]));
-                    }
-                }
-                Slot::Internal(Internal::RankMap) => {
-                    if let (Some((rank, nranks)), Some(pid)) = (rank_nranks(line), rec.pid) {
-                        // The world communicator (most ranks) names the rank; split comms renumber.
-                        let key = (rec.host.unwrap_or("").to_string(), pid);
-                        if let Some(e) = st.rank_map.get_mut(&key) {
-                            if nranks > e.1 {
-                                *e = (rank, nranks);
-                            }
-                        } else if st.rank_map.len() < RANK_MAP_CAP {
-                            st.rank_map.insert(key.clone(), (rank, nranks));
-                            st.rank_map_seq.push(key);
-                        }
-                    }
-                }
-            }
+        let (mut cands, outcome, resolves) = self.slot_hits(st, src, line, &rec, matches);
+        for r in resolves {
+            st.add_resolved(
+                r,
+                Hit { source: src.idx, line: l.line, ts: rec.ts.or(l.ts), text: clip(l.raw), ..Hit::default() },
+            );
         }
         let phase = src.phase;
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
-        // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
-        // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
-        let known = match (rec.kind, level, rec.site) {
-            (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
-                self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
-            }
-            (log::Kind::Torch, _, Some((f, ln))) => {
-                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
-            }
-            _ => None,
-        };
-        // The level of a message NCCL prints at different levels by release (INFO lines too).
-        let leveled = match (rec.kind, level) {
-            (log::Kind::Nccl, Level::Info | Level::Attn | Level::Warn) => self
-                .sites_db
-                .lookup_level(level.nccl_name(), rec.msg)
-                .map(|(id, text)| (id, format!("{LEVEL_SITE}{} `{text}`", level.nccl_name()))),
-            _ => None,
-        };
-        for key in known.into_iter().chain(leveled.as_ref().map(|(id, k)| (k.clone(), *id))) {
-            if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
-                st.sites_seq.push(key);
-            }
-        }
+        let leveled = self.record_sites(st, &rec, level);
         if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
             // Matched only the engine's own patterns (a version, a rank map, a marker).
             return;
@@ -382,6 +323,94 @@ impl Engine {
         }
         let g = st.groups.entry(cands).or_default();
         g.add(hit);
+    }
+
+    /// What the matched patterns of one line are: candidate rules (in match order), the outcome
+    /// a marker gives; phase markers, versions and the rank map are taken here.
+    fn slot_hits(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        line: &str,
+        rec: &log::Record<'_>,
+        matches: Vec<usize>,
+    ) -> (Vec<usize>, Option<Outcome>, Vec<usize>) {
+        let mut cands: Vec<usize> = Vec::new();
+        let mut outcome = None;
+        let mut resolves = Vec::new();
+        for m in matches {
+            match self.slots[m] {
+                Slot::Rule(r) => {
+                    if !cands.contains(&r) {
+                        cands.push(r);
+                    }
+                }
+                Slot::Marker(i) => {
+                    let p = self.markers[i].0.phase;
+                    // Teardown is sticky: a later communicator's init does not undo it.
+                    if src.phase != Some(Phase::Teardown) || p == Phase::Teardown {
+                        src.phase = Some(p);
+                    }
+                }
+                Slot::Outcome(i) => outcome = Some(self.outcome_markers[i].outcome),
+                Slot::Resolves(r) => resolves.push(r),
+                Slot::Internal(Internal::NcclVersion) => {
+                    if let Some(c) = self.nccl_version_re.captures(line) {
+                        add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
+                    }
+                }
+                Slot::Internal(Internal::TorchVersion) => {
+                    if let Some(c) = self.torch_version_re.captures(line) {
+                        offer_version(&mut st.torch_version, format!("{}{}", &c[1], &c[2]));
+                    }
+                }
+                Slot::Internal(Internal::RankMap) => {
+                    if let (Some((rank, nranks)), Some(pid)) = (rank_nranks(line), rec.pid) {
+                        // The world communicator (most ranks) names the rank; split comms renumber.
+                        let key = (rec.host.unwrap_or("").to_string(), pid);
+                        if let Some(e) = st.rank_map.get_mut(&key) {
+                            if nranks > e.1 {
+                                *e = (rank, nranks);
+                            }
+                        } else if st.rank_map.len() < RANK_MAP_CAP {
+                            st.rank_map.insert(key.clone(), (rank, nranks));
+                            st.rank_map_seq.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        (cands, outcome, resolves)
+    }
+
+    /// Record the line's fingerprint site and, for a message NCCL prints at different levels by
+    /// release, its level site; returns the latter (its id and key).
+    fn record_sites(&self, st: &mut State, rec: &log::Record<'_>, level: Level) -> Option<(u32, String)> {
+        // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
+        // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
+        let known = match (rec.kind, level, rec.site) {
+            (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
+                self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+            }
+            (log::Kind::Torch, _, Some((f, ln))) => {
+                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
+            }
+            _ => None,
+        };
+        // The level of a message NCCL prints at different levels by release (INFO lines too).
+        let leveled = match (rec.kind, level) {
+            (log::Kind::Nccl, Level::Info | Level::Attn | Level::Warn) => self
+                .sites_db
+                .lookup_level(level.nccl_name(), rec.msg)
+                .map(|(id, text)| (id, format!("{LEVEL_SITE}{} `{text}`", level.nccl_name()))),
+            _ => None,
+        };
+        for key in known.into_iter().chain(leveled.as_ref().map(|(id, k)| (k.clone(), *id))) {
+            if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
+                st.sites_seq.push(key);
+            }
+        }
+        leveled
     }
 
     /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
