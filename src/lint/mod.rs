@@ -262,11 +262,12 @@ fn finding(
         if applies == torch::Applies::Maybe {
             // Said, but not as a warning: the torch that runs this is not known to be affected.
             severity = severity.min(Severity::Info);
-            msg.push_str(&format!(
-                "; info, not {}: this applies to torch {range} only, and {}",
-                c.def.severity.as_str(),
-                env.source
-            ));
+            let demoted = if c.def.severity > Severity::Info {
+                format!("info, not {}: ", c.def.severity.as_str())
+            } else {
+                String::new()
+            };
+            msg.push_str(&format!("; {demoted}this applies to torch {range} only, and {}", env.source));
         } else {
             msg.push_str(&format!("; for torch {range} ({})", env.source));
         }
