@@ -442,9 +442,15 @@ pub struct LintArgs {
     #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text, env = "EPDOCTOR_LINT_FORMAT")]
     pub format: LintFormat,
 
-    /// Run only the checks that apply to this torch version (default: every check).
+    /// Run the checks for this torch version (default: the torch installed for --python, else
+    /// the project's pins; unknown: torch-specific checks say info).
     #[arg(long, value_name = "VERSION", env = "EPDOCTOR_TORCH")]
     pub torch: Option<String>,
+
+    /// The Python whose installed torch decides the torch-specific checks ('none': only the
+    /// project's pins; default: VIRTUAL_ENV, CONDA_PREFIX, then python3 on PATH).
+    #[arg(long, value_name = "PATH", env = "EPDOCTOR_PYTHON")]
+    pub python: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -34,6 +34,8 @@ pub struct CheckDef {
     pub fix: String,
     #[serde(default)]
     pub refs: Vec<String>,
+    /// A mechanical fix, carried by SARIF as `fixes` (see `Edit`).
+    pub edit: Option<Edit>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -42,8 +44,31 @@ pub struct SiteDef {
     /// Call patterns (see `Pattern`).
     #[serde(default)]
     pub calls: Vec<String>,
+    /// Also calls of functions of the linted files that make such a call (sync helpers).
+    #[serde(default)]
+    pub helpers: bool,
     /// A tree-sitter query over the Python grammar; the capture `@site` is the site.
     pub query: Option<String>,
+}
+
+/// An edit of the site that fixes it, when the fix is mechanical.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// Said with the fix (SARIF `fixes[].description`).
+    pub description: String,
+    /// Rename the called function: last name -> new name (`device_index = "set_device_index"`).
+    #[serde(default)]
+    pub rename_call: std::collections::BTreeMap<String, String>,
+    /// Give these keywords of the site call this value (`join = "True"`).
+    #[serde(default)]
+    pub set_keyword: std::collections::BTreeMap<String, String>,
+    /// Insert this statement on its own line before the site's (`{prefix}`: the site callee's
+    /// dotted prefix with its dot, `dist.`; no fix when the callee has none).
+    pub insert_before: Option<String>,
+    /// Replace text inside the site call: pairs `[from, to]`, the first that occurs.
+    #[serde(default)]
+    pub replace_in_call: Vec<[String; 2]>,
 }
 
 /// Conditions, all of which must hold for a finding. Names are call patterns; "through the linted
@@ -101,6 +126,54 @@ pub struct When {
     /// Sites (and earlier calls, for `twice`) under an `if` matching this regex, or after an early
     /// `if ...: return` matching it, are skipped.
     pub unless_guarded: Option<String>,
+    /// The site is under conditions that some ranks take and others do not (evaluated, see
+    /// `lint::rank`), inside its function.
+    pub rank_branch: Option<bool>,
+    /// With `rank_branch`: no call of the same name in another arm of the same `if`, nor under
+    /// the complementary rank condition in the same function (the paired-barrier pattern).
+    pub unmirrored: Option<bool>,
+    /// Skip calls that name a process group (`group=`, a barrier's positional group, a third
+    /// positional argument of the other collectives): the condition may select that group.
+    pub unless_group: Option<bool>,
+    /// The site is in an `except` clause whose `try` body, `else` and the code after the `try`
+    /// make no call of the same name (handlers of ImportError and ModuleNotFoundError exempt).
+    pub unmirrored_except: Option<bool>,
+    /// The site is in an `except` or `finally` clause.
+    pub on_exception_path: Option<bool>,
+    /// (break sites) one of these is called in the enclosing loop, outside the breaking branch.
+    #[serde(default)]
+    pub call_in_loop: Vec<String>,
+    /// The site call is a whole statement (its result is dropped).
+    pub statement: Option<bool>,
+    /// The site call's device argument (first positional, or `device_id`) comes from the global
+    /// rank (`RANK`, `get_rank()`, `SLURM_PROCID`) rather than a node-local index.
+    pub global_rank_arg: Option<bool>,
+    /// Some chain of callers reaches a function passed to one of these (`spawn`).
+    #[serde(default)]
+    pub reached_via: Vec<String>,
+    /// The site call lacks one of these keywords (no `**kwargs`, fewer than five positionals).
+    #[serde(default)]
+    pub missing_keywords: Vec<String>,
+    /// With `reached_via`: no function on that chain sets `os.environ["RANK"]`.
+    pub env_rank_unset: Option<bool>,
+    /// Skip sites whose backend (first positional or `backend=`, followed to a parameter
+    /// default or an assignment) is made of string literals none of which matches this regex.
+    pub backend_is: Option<String>,
+    /// The site is in a function installed with `signal.signal`.
+    pub in_signal_handler: Option<bool>,
+    /// Only the first such site of its function.
+    pub first_in_function: Option<bool>,
+    /// With `unprotected`: calls of these in a `finally`/`except`/atexit function also protect.
+    /// With `on_exception_path`: a `finally` whose `try` makes such a call in an `except` clause
+    /// (an abort) is not reported.
+    #[serde(default)]
+    pub protected_by: Vec<String>,
+    /// With `call_after`: later calls that name a process group do not count (the condition may
+    /// select that group's ranks).
+    pub later_unless_group: Option<bool>,
+    /// With `no_call_before`: one of these as the last call before the site also counts.
+    #[serde(default)]
+    pub no_call_just_before: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -151,6 +224,8 @@ pub struct Check {
     pub torch: Option<Range>,
     pub calls: Vec<Pattern>,
     pub query: Option<tree_sitter::Query>,
+    /// The query is `(some_statement) @site`: its sites are the statements the walk indexed.
+    pub statement_kind: Option<String>,
     pub args_not: Option<Regex>,
     pub in_branch: Option<Regex>,
     pub guard: Option<Regex>,
@@ -162,6 +237,11 @@ pub struct Check {
     pub call_between: Vec<Pattern>,
     pub call_after: Vec<Pattern>,
     pub no_call_in_function: Vec<Pattern>,
+    pub call_in_loop: Vec<Pattern>,
+    pub reached_via: Vec<Pattern>,
+    pub protected_by: Vec<Pattern>,
+    pub no_call_just_before: Vec<Pattern>,
+    pub backend_is: Option<Regex>,
 }
 
 pub const DIR: &str = "rules/lint/";
@@ -204,8 +284,30 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
         if !w.call_between.is_empty() && w.call_before.is_empty() {
             bail!("{}", ctx("when.call_between needs when.call_before".into()));
         }
-        if query.is_some() && (w.missing_keyword.is_some() || !w.keyword.is_empty() || w.args_not.is_some()) {
+        let call_only = w.missing_keyword.is_some()
+            || !w.keyword.is_empty()
+            || w.args_not.is_some()
+            || !w.missing_keywords.is_empty()
+            || w.statement.is_some()
+            || w.global_rank_arg.is_some()
+            || w.unless_group.is_some()
+            || w.backend_is.is_some();
+        if query.is_some() && call_only {
             bail!("{}", ctx("keyword and argument conditions need a `calls` site".into()));
+        }
+        if w.unmirrored.is_some() && w.rank_branch.is_none() {
+            bail!("{}", ctx("when.unmirrored needs when.rank_branch".into()));
+        }
+        if !w.call_in_loop.is_empty() && query.is_none() {
+            bail!("{}", ctx("when.call_in_loop is for statement (query) sites".into()));
+        }
+        if let Some(e) = &def.edit {
+            if e.description.trim().is_empty() {
+                bail!("{}", ctx("edit.description is empty".into()));
+            }
+            if query.is_some() {
+                bail!("{}", ctx("an edit needs a `calls` site".into()));
+            }
         }
         let torch = def
             .torch
@@ -213,10 +315,17 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
             .map(Range::parse)
             .transpose()
             .map_err(|e| anyhow!("{}", ctx(format!("torch: {e}"))))?;
+        let statement_kind = def.site.query.as_deref().and_then(|q| {
+            let q = q.trim();
+            let inner = q.strip_prefix('(')?.strip_suffix("@site")?.trim_end().strip_suffix(')')?;
+            (inner.ends_with("_statement") && inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then(|| inner.to_string())
+        });
         out.push(Check {
             torch,
             calls,
             query,
+            statement_kind,
             args_not: re(&w.args_not, "when.args_not")?,
             in_branch: re(&w.in_branch, "when.in_branch")?,
             guard: re(&w.unless_guarded, "when.unless_guarded")?,
@@ -234,6 +343,11 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
             call_between: patterns(&w.call_between, &ctx)?,
             call_after: patterns(&w.call_after, &ctx)?,
             no_call_in_function: patterns(&w.no_call_in_function, &ctx)?,
+            call_in_loop: patterns(&w.call_in_loop, &ctx)?,
+            reached_via: patterns(&w.reached_via, &ctx)?,
+            protected_by: patterns(&w.protected_by, &ctx)?,
+            no_call_just_before: patterns(&w.no_call_just_before, &ctx)?,
+            backend_is: re(&w.backend_is, "when.backend_is")?,
             def,
         });
     }

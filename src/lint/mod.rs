@@ -5,48 +5,35 @@
 pub mod check;
 pub mod eval;
 pub mod python;
+pub mod rank;
+pub mod source;
+pub mod torch;
+pub mod walk;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::model::version::Version;
-use crate::model::{Evidence, Finding, LintReport, SCHEMA_VERSION};
+use crate::model::{Evidence, Finding, LintEdit, LintFix, LintReport, Severity, SCHEMA_VERSION};
 
-/// Files given, and the `.py` files under folders given (hidden folders and caches skipped).
-pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in paths {
-        let meta = std::fs::metadata(p).with_context(|| format!("{}: cannot read", p.display()))?;
-        if meta.is_dir() {
-            walk(p, &mut out)?;
-        } else {
-            out.push(p.clone());
-        }
-    }
-    if out.is_empty() {
-        bail!("no Python files under {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
-    }
-    Ok(out)
+pub use torch::Python;
+
+/// A fix before it is tied to its finding's index: description and replacements.
+type Fix = (String, Vec<LintEdit>);
+
+/// How a run chooses the torch version (see `torch`).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--torch`: this release, whatever the environment says.
+    pub torch: Option<Version>,
+    /// `--python`: whose installed torch to read.
+    pub python: Python,
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("{}: cannot read the folder", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for p in entries {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if p.is_dir() {
-            if !name.starts_with('.') && name != "__pycache__" && name != "node_modules" {
-                walk(&p, out)?;
-            }
-        } else if name.ends_with(".py") {
-            out.push(p);
-        }
-    }
-    Ok(())
+/// Files given, and the `.py` files under folders given (see `walk`).
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    walk::expand(paths)
 }
 
 /// For `repro -- CMD`: the findings in the command's `.py` arguments that exist (none if it has none
@@ -57,49 +44,120 @@ pub fn for_command(cmd: &[String]) -> Vec<Finding> {
     if files.is_empty() {
         return Vec::new();
     }
-    lint_files(&files, None).map(|r| r.findings).unwrap_or_default()
+    lint_files(&files, &Options::default()).map(|r| r.findings).unwrap_or_default()
 }
 
-/// Lint `files` together with the built-in checks. A file that is not UTF-8 is an error of that
-/// file (like one that does not parse); the others are still linted.
-pub fn lint_files(files: &[PathBuf], torch: Option<Version>) -> Result<LintReport> {
-    let mut sources = Vec::new();
+/// SARIF's `artifactLocation.uri` for a path as given: relative to the working directory when it
+/// lies under it (code scanning resolves it against the checkout), else an absolute `file://` URI;
+/// characters outside a URI's unreserved set are percent-encoded.
+pub fn sarif_uri(path: &str) -> String {
+    let p = Path::new(path);
+    let cwd = std::env::current_dir().ok();
+    let rel = if p.is_absolute() {
+        cwd.as_deref().and_then(|c| p.strip_prefix(c).ok()).map(Path::to_path_buf)
+    } else {
+        Some(p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect())
+    };
+    let enc = |s: &str| -> String {
+        let mut o = String::new();
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                o.push(b as char);
+            } else {
+                o.push_str(&format!("%{b:02X}"));
+            }
+        }
+        o
+    };
+    match rel {
+        Some(r) => enc(&r.to_string_lossy().replace('\\', "/")),
+        None => format!("file://{}", enc(&p.to_string_lossy().replace('\\', "/"))),
+    }
+}
+
+/// Lint `files` together with the built-in checks. A file that cannot be read as text (not
+/// UTF-8, or an encoding its PEP 263 line names that lint lacks) is an error of that file, like
+/// one that does not parse; the others are still linted.
+pub fn lint_files(files: &[PathBuf], opts: &Options) -> Result<LintReport> {
+    let mut texts = Vec::new();
     let mut bad = Vec::new();
     for f in files {
         let bytes = std::fs::read(f).with_context(|| format!("{}: cannot read", f.display()))?;
         let name = f.display().to_string();
-        match String::from_utf8(bytes) {
-            Ok(text) => sources.push((name, text)),
-            Err(e) => {
-                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-                let line = valid.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
-                let column = valid.iter().rev().take_while(|&&b| b != b'\n').count() as u64 + 1;
-                bad.push(Evidence {
-                    source: name,
-                    line,
-                    rank: None,
-                    text: format!("not UTF-8 text (byte {} is invalid)", valid.len()),
-                    detail: None,
-                    column: Some(column),
-                });
-            }
+        match source::decode(&bytes) {
+            Ok(text) => texts.push((f.clone(), name, text)),
+            Err(e) => bad.push(Evidence {
+                source: name,
+                line: e.line,
+                rank: None,
+                text: e.text,
+                detail: None,
+                column: Some(e.column),
+            }),
         }
     }
-    let mut r = lint_sources(sources, torch)?;
+    let fixed = match opts.torch {
+        Some(v) => Some(torch::TorchEnv::exact(v, format!("--torch {v}"))),
+        None => torch::from_interpreter(&opts.python),
+    };
+    let mut pins = torch::Pins::default();
+    let sources = texts
+        .into_iter()
+        .map(|(path, name, text)| {
+            let env = fixed.clone().unwrap_or_else(|| pins.for_file(&path));
+            (name, text, env)
+        })
+        .collect();
+    let mut r = run(sources)?;
     r.files.extend(bad.iter().map(|e| e.source.clone()));
     r.errors.extend(bad);
     Ok(r)
 }
 
-/// Lint in-memory sources (name, text).
+/// Lint in-memory sources (name, text) for one torch (None: unknown).
 pub fn lint_sources(sources: Vec<(String, String)>, torch: Option<Version>) -> Result<LintReport> {
+    let env = match torch {
+        Some(v) => torch::TorchEnv::exact(v, format!("--torch {v}")),
+        None => torch::TorchEnv::unknown("no torch version given"),
+    };
+    run(sources.into_iter().map(|(n, t)| (n, t, env.clone())).collect())
+}
+
+/// Parse in parallel, one thread per share of the files.
+fn parse_all(
+    sources: Vec<(String, String, torch::TorchEnv)>,
+) -> Vec<(Result<python::Module, python::SyntaxError>, String, torch::TorchEnv)> {
+    let n = sources.len();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(n.max(1));
+    let one = |(name, text, env): (String, String, torch::TorchEnv)| (python::parse(&name, text), name, env);
+    if threads <= 1 {
+        return sources.into_iter().map(one).collect();
+    }
+    let chunk = n.div_ceil(threads);
+    let mut parts: Vec<Vec<_>> = Vec::new();
+    let mut it = sources.into_iter().peekable();
+    while it.peek().is_some() {
+        parts.push(it.by_ref().take(chunk).collect());
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> =
+            parts.into_iter().map(|p| s.spawn(move || p.into_iter().map(one).collect::<Vec<_>>())).collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a parse thread panicked")).collect()
+    })
+}
+
+fn run(sources: Vec<(String, String, torch::TorchEnv)>) -> Result<LintReport> {
     let checks = check::builtin()?;
+    let names: Vec<String> = sources.iter().map(|(n, _, _)| n.clone()).collect();
     let mut modules = Vec::new();
+    let mut envs = Vec::new();
     let mut errors = Vec::new();
-    let names: Vec<String> = sources.iter().map(|(n, _)| n.clone()).collect();
-    for (name, text) in sources {
-        match python::parse(&name, text) {
-            Ok(m) => modules.push(m),
+    for (parsed, name, env) in parse_all(sources) {
+        match parsed {
+            Ok(m) => {
+                modules.push(m);
+                envs.push(env);
+            }
             Err(e) => errors.push(Evidence {
                 source: name,
                 line: e.line,
@@ -111,46 +169,114 @@ pub fn lint_sources(sources: Vec<(String, String)>, torch: Option<Version>) -> R
         }
     }
     let program = eval::Program::new(modules);
-    let active: Vec<&check::Check> =
-        checks.iter().filter(|c| torch.is_none_or(|v| c.torch.as_ref().is_none_or(|r| r.contains(v)))).collect();
-    let mut findings = Vec::new();
-    for c in &active {
+    let mut active = Vec::new();
+    let mut found: Vec<(Finding, Option<Fix>)> = Vec::new();
+    for c in &checks {
+        let applies: Vec<torch::Applies> =
+            envs.iter().map(|e| c.def.torch.as_deref().map_or(torch::Applies::Yes, |r| e.applies(r))).collect();
+        if !applies.is_empty() && applies.iter().all(|a| *a == torch::Applies::No) {
+            continue;
+        }
+        active.push(c.def.id.clone());
+        let mut memo = eval::Memo::default();
         for mut site in program.sites(c) {
-            if !program.holds(c, &mut site) {
+            let a = applies[site.module];
+            if a == torch::Applies::No || !program.holds(c, &mut site, &mut memo) {
                 continue;
             }
-            findings.push(finding(&program, c, &site));
+            let fix = edit(&program, c, &site);
+            found.push((finding(&program, c, &site, a, &envs[site.module]), fix));
         }
     }
-    findings.sort_by(|a, b| {
+    found.sort_by(|(a, _), (b, _)| {
         let k = |f: &Finding| f.evidence.first().map(|e| (e.source.clone(), e.line, e.column)).unwrap_or_default();
         k(a).cmp(&k(b)).then_with(|| a.rule.cmp(&b.rule))
     });
+    let mut findings = Vec::new();
+    let mut fixes = Vec::new();
+    for (i, (f, fix)) in found.into_iter().enumerate() {
+        if let Some((description, replacements)) = fix {
+            fixes.push(LintFix { finding: i, description, replacements });
+        }
+        findings.push(f);
+    }
+    let first = envs.first();
+    let same = first.filter(|e| envs.iter().all(|x| x == *e));
     Ok(LintReport {
         schema_version: SCHEMA_VERSION,
         tool_version: crate::VERSION.to_string(),
-        torch_version: torch.map(|v| v.to_string()),
+        torch_version: same.and_then(|e| e.exact).map(|v| v.to_string()),
         files: names,
-        checks: active.iter().map(|c| c.def.id.clone()).collect(),
+        checks: active,
         findings,
         errors,
+        torch_source: same.map(|e| e.source.clone()),
+        fixes,
     })
 }
 
-fn finding(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Finding {
+/// The site as written, on one line: line breaks and the indentation after them dropped
+/// (a space where they separated two words).
+fn one_line(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' || c == '\r' {
+            while chars.peek().is_some_and(|x| x.is_whitespace()) {
+                chars.next();
+            }
+            while out.ends_with([' ', '\t']) {
+                out.pop();
+            }
+            let before = out.chars().last();
+            let after = chars.peek().copied();
+            if !(before.is_some_and(|b| "([{".contains(b)) || after.is_some_and(|a| ")]}".contains(a)))
+                && before.is_some()
+            {
+                out.push(' ');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out.trim().to_string()
+}
+
+fn finding(
+    p: &eval::Program,
+    c: &check::Check,
+    site: &eval::Site,
+    applies: torch::Applies,
+    env: &torch::TorchEnv,
+) -> Finding {
     let m = &p.modules[site.module];
     let (line, column) = m.position(site.start);
-    let written: String = m.src[site.start..site.end].lines().next().unwrap_or("").chars().take(80).collect();
-    let mut msg = c.def.message.replace("{call}", written.trim());
+    let written = one_line(&m.src[site.start..site.end]);
+    let mut msg = c.def.message.replace("{call}", &written);
     for n in &site.notes {
         msg.push_str("; ");
         msg.push_str(n);
+    }
+    let mut severity = c.def.severity;
+    if let Some(range) = &c.def.torch {
+        if applies == torch::Applies::Maybe {
+            // Said, but not as a warning: the torch that runs this is not known to be affected.
+            severity = severity.min(Severity::Info);
+            let demoted = if c.def.severity > Severity::Info {
+                format!("info, not {}: ", c.def.severity.as_str())
+            } else {
+                String::new()
+            };
+            msg.push_str(&format!("; {demoted}this applies to torch {range} only, and {}", env.source));
+        } else {
+            msg.push_str(&format!("; for torch {range} ({})", env.source));
+        }
     }
     Finding {
         rule: c.def.id.clone(),
         title: c.def.title.clone(),
         category: "lint".into(),
-        severity: c.def.severity,
+        severity,
         benign: false,
         ranks: Vec::new(),
         count: 1,
@@ -168,6 +294,43 @@ fn finding(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Finding {
         context: Some(msg),
         torch: c.def.torch.clone(),
     }
+}
+
+/// The check's mechanical fix at this site, if it has one and it applies here.
+fn edit(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Option<Fix> {
+    let e = c.def.edit.as_ref()?;
+    let m = &p.modules[site.module];
+    let call = &m.calls[site.call?];
+    let span = |s: usize, t: usize, text: String| {
+        let (a, b) = m.position(s);
+        let (x, y) = m.position(t);
+        LintEdit { start_line: a, start_column: b, end_line: x, end_column: y, text }
+    };
+    let mut out = Vec::new();
+    if let Some(new) = e.rename_call.get(&call.last) {
+        out.push(span(call.name_start, call.name_start + call.last.len(), new.clone()));
+    }
+    for (k, v) in &e.set_keyword {
+        if let Some(i) = call.keywords.iter().position(|(kk, _)| kk == k) {
+            let (s, t) = call.keyword_spans[i];
+            out.push(span(s, t, v.clone()));
+        }
+    }
+    if let Some(stmt) = &e.insert_before {
+        let prefix = call.callee.strip_suffix(&call.last).unwrap_or("");
+        let (ls, indent) = m.line_start(call.start);
+        // Only a call that starts its line: the new statement goes on the line above.
+        if !prefix.is_empty() && call.statement && ls + indent.len() == call.start {
+            out.push(span(ls, ls, format!("{indent}{}\n", stmt.replace("{prefix}", prefix))));
+        }
+    }
+    let text = &m.src[call.start..call.end];
+    if let Some((i, to)) =
+        e.replace_in_call.iter().find_map(|[from, to]| text.find(from.as_str()).map(|i| (i, (from, to))))
+    {
+        out.push(span(call.start + i, call.start + i + to.0.len(), to.1.clone()));
+    }
+    (!out.is_empty()).then(|| (e.description.trim().to_string(), out))
 }
 
 /// The fixtures of rules/lint/fixtures/: each file's `# expect: CHECK LINE` lines are exactly its
@@ -234,6 +397,46 @@ mod fixtures {
         assert!(rules(user("", "sync()")).is_empty(), "not imported: another file's sync");
         assert_eq!(rules(user("from lib import sync", "sync()")), ["rank-return-before-collective"]);
         assert_eq!(rules(user("import lib", "lib.sync()")), ["rank-return-before-collective"]);
+    }
+
+    /// A barrier helper from another file counts before the destroy when the caller imports it,
+    /// `from helpers import *` included; not when nothing imports it.
+    #[test]
+    fn star_imports_bring_another_files_sync_helpers() {
+        let lib = "import torch.distributed as dist\n\ndef sync():\n    dist.barrier()\n";
+        let user = |imports: &str| {
+            format!("{imports}\nimport torch.distributed as dist\n\ndef main():\n    dist.init_process_group('nccl', device_id=0)\n    sync()\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    main()\n")
+        };
+        let barrier = |imports: &str| -> bool {
+            let r = lint_sources(
+                vec![("helpers.py".into(), lib.into()), ("train.py".into(), user(imports))],
+                Some(Version(2, 5, 1)),
+            )
+            .unwrap();
+            r.findings.iter().any(|f| f.rule == "no-barrier-before-destroy")
+        };
+        assert!(!barrier("from helpers import *"));
+        assert!(!barrier("from .helpers import *"));
+        assert!(!barrier("from helpers import sync"));
+        assert!(barrier(""), "not imported: another file's sync is not this one's");
+        assert!(barrier("from other import *"));
+    }
+
+    /// The severity follows the torch: a < 2.6 check is a warning on 2.5, off on 2.7, and info
+    /// when the torch is not known.
+    #[test]
+    fn torch_specific_checks_follow_the_torch() {
+        let src = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/lint/fixtures/torchtitan-train.py"),
+        )
+        .unwrap();
+        let sev = |t: Option<Version>| {
+            let r = lint_sources(vec![("t.py".into(), src.clone())], t).unwrap();
+            r.findings.iter().find(|f| f.rule == "no-barrier-before-destroy").map(|f| f.severity)
+        };
+        assert_eq!(sev(Some(Version(2, 5, 1))), Some(Severity::Warning));
+        assert_eq!(sev(Some(Version(2, 7, 0))), None);
+        assert_eq!(sev(None), Some(Severity::Info));
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Python sources through tree-sitter: the calls, functions and statement context the checks need.
+//! Python sources through tree-sitter: the calls, functions, assignments and statement context the
+//! checks need, computed once per file (the evaluator then answers each site in constant or
+//! logarithmic time).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tree_sitter::{Node, Parser, Tree};
 
@@ -10,8 +12,12 @@ pub struct Scope {
     pub name: String,
     /// Defined directly in a class body: called as `x.name()`.
     pub is_method: bool,
+    /// That class's name.
+    pub class: Option<String>,
     /// Its decorators as written (`@pytest.fixture`).
     pub decorators: String,
+    /// Its parameters and their defaults as written (`backend`, `'gloo'`).
+    pub params: Vec<(String, Option<String>)>,
     pub start: usize,
     pub end: usize,
 }
@@ -25,18 +31,34 @@ pub struct Call {
     /// `x.last(...)` rather than `last(...)`.
     pub attr: bool,
     pub positional: usize,
-    /// Keyword arguments: name and value as written.
+    /// Keyword arguments: name and value as written, and the value's byte range.
     pub keywords: Vec<(String, String)>,
+    pub keyword_spans: Vec<(usize, usize)>,
+    /// The first positional argument's byte range.
+    pub first_arg: Option<(usize, usize)>,
     /// Passes `**kwargs` (its keywords are unknown).
     pub splat_kw: bool,
     /// The argument list as written.
     pub args: String,
     pub start: usize,
     pub end: usize,
+    /// Where the callee's last name is written (for renaming edits).
+    pub name_start: usize,
     pub scope: usize,
     /// A function passed by name to another call (`spawn(worker)`, `atexit.register(f)`): the
     /// callee of that call. Such a reference counts as a call of the function.
     pub via: Option<String>,
+    /// The call is a whole expression statement (its value is dropped).
+    pub statement: bool,
+}
+
+/// An `if`/`elif` condition on the way from a site to its function, with the branch taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    pub start: usize,
+    pub end: usize,
+    /// The site is in the branch where the condition holds (false: an `elif`/`else` past it).
+    pub positive: bool,
 }
 
 /// Where a site sits inside its function.
@@ -45,26 +67,56 @@ pub struct Ctx {
     pub finally: bool,
     pub except: bool,
     pub in_loop: bool,
-    /// Conditions of the enclosing `if`/`elif` (for `else`, the ones it negates).
-    pub conds: Vec<String>,
+    /// Conditions of the enclosing `if`/`elif`/`else` arms, innermost first.
+    pub conds: Vec<Cond>,
     /// (branching statement, arm): arms of one `if`, or a `try` body and its handlers, exclude each other.
     pub arms: Vec<(usize, u32)>,
+    /// The innermost enclosing `except` clause (start, end) and its `try` statement (start, end).
+    pub handler: Option<((usize, usize), (usize, usize))>,
+    /// The innermost enclosing loop's body (start, end).
+    pub loop_body: Option<(usize, usize)>,
+    /// The `try` statement (start, end) of the innermost enclosing `finally` clause.
+    pub finally_try: Option<(usize, usize)>,
 }
 
 pub const FINALLY_ARM: u32 = u32::MAX;
+
+/// `name = value` (or `a.b = value`) as written, in a function or at module level.
+#[derive(Debug, Clone)]
+pub struct Assign {
+    pub scope: usize,
+    pub target: String,
+    pub value: String,
+    pub start: usize,
+}
 
 pub struct Module {
     pub path: String,
     pub src: String,
     pub tree: Tree,
+    line_starts: Vec<usize>,
     pub scopes: Vec<Scope>,
+    /// The scope of a function by the start byte of its `def`.
+    scope_by_start: HashMap<usize, usize>,
     pub calls: Vec<Call>,
+    /// Per call (same index): its statement context, computed when first asked for (most
+    /// calls, `print(...)`, `len(...)`, are never asked about).
+    ctxs: Vec<std::cell::OnceCell<Ctx>>,
     /// The text of every import statement.
     pub imports: String,
+    /// Every identifier named by an import statement (`from a.b import c as d`: a, b, c, d).
+    pub import_words: HashSet<String>,
+    /// Modules imported with `from m import *` (their last dotted name).
+    pub star_imports: Vec<String>,
     /// Functions registered with `atexit.register(f)` or `@atexit.register`.
     pub atexit: HashSet<String>,
-    /// Functions installed with `signal.signal(sig, f)`: an exit path of their own.
+    /// Functions installed with `signal.signal(sig, f)` (or `self.f`): an exit path of their own.
     pub handlers: HashSet<String>,
+    pub assigns: Vec<Assign>,
+    /// Classes defined in the file.
+    pub classes: HashSet<String>,
+    /// Statements by kind (`return_statement`): the sites of simple queries, found in the walk.
+    pub statements: HashMap<&'static str, Vec<(usize, usize)>>,
     /// Function names passed by name to a call (`(name, via)`), resolved into `calls` once all
     /// files are known.
     pub refs: Vec<(String, Call)>,
@@ -94,20 +146,32 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
             text: format!("{what}: {line}"),
         });
     }
+    let mut line_starts = vec![0];
+    line_starts.extend(memchr::memchr_iter(b'\n', src.as_bytes()).map(|i| i + 1));
     let mut m = Module {
         path: path.to_string(),
         scopes: vec![Scope {
             name: "<module>".into(),
             is_method: false,
+            class: None,
             decorators: String::new(),
+            params: Vec::new(),
             start: 0,
             end: src.len(),
         }],
+        scope_by_start: HashMap::new(),
         calls: Vec::new(),
+        ctxs: Vec::new(),
         imports: String::new(),
+        import_words: HashSet::new(),
+        star_imports: Vec::new(),
         atexit: HashSet::new(),
         handlers: HashSet::new(),
+        assigns: Vec::new(),
+        classes: HashSet::new(),
+        statements: HashMap::new(),
         refs: Vec::new(),
+        line_starts,
         src: String::new(),
         tree: tree.clone(),
     };
@@ -131,58 +195,167 @@ fn first_error(root: Node) -> Option<Node> {
     None
 }
 
-fn text<'a>(src: &'a str, n: Node) -> &'a str {
+pub fn text<'a>(src: &'a str, n: Node) -> &'a str {
     &src[n.byte_range()]
 }
 
-fn squash(s: &str) -> String {
+pub fn squash(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
-/// Every node, with the function it belongs to (iterative: nesting depth is the input's).
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Every node in source order, with the function it belongs to (a tree cursor: no allocation
+/// per node, and nesting depth is the input's).
 fn walk(src: &str, root: Node, m: &mut Module) {
-    let mut stack = vec![(root, 0usize)];
-    while let Some((n, outer)) = stack.pop() {
-        let mut scope = outer;
-        match n.kind() {
-            "function_definition" => {
-                let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
-                // A method's def sits in a class body block (maybe under a decorator).
-                let mut p = n.parent();
-                let mut decorators = String::new();
-                if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
-                    let mut c = dec.walk();
-                    for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
-                        decorators.push_str(text(src, d));
-                        decorators.push('\n');
-                        if squash(text(src, d)).starts_with("@atexit.register") {
-                            m.atexit.insert(name.clone());
-                        }
+    let mut cur = root.walk();
+    // (depth of the def, its scope): the functions the cursor is inside.
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0usize;
+    loop {
+        let n = cur.node();
+        let outer = open.last().map_or(0, |s| s.1);
+        let scope = visit(src, n, outer, m);
+        if scope != outer {
+            open.push((depth, scope));
+        }
+        if cur.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        loop {
+            while open.last().is_some_and(|s| s.0 == depth) {
+                open.pop();
+            }
+            if cur.goto_next_sibling() {
+                break;
+            }
+            if !cur.goto_parent() {
+                return;
+            }
+            depth -= 1;
+        }
+    }
+}
+
+/// What one node adds to the module; the scope its children belong to.
+fn visit(src: &str, n: Node, outer: usize, m: &mut Module) -> usize {
+    let mut scope = outer;
+    if n.kind().ends_with("_statement") {
+        m.statements.entry(n.kind()).or_default().push((n.start_byte(), n.end_byte()));
+    }
+    match n.kind() {
+        "function_definition" => {
+            let name = n.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
+            // A method's def sits in a class body block (maybe under a decorator).
+            let mut p = n.parent();
+            let mut decorators = String::new();
+            if let Some(dec) = p.filter(|x| x.kind() == "decorated_definition") {
+                let mut c = dec.walk();
+                for d in dec.children(&mut c).filter(|d| d.kind() == "decorator") {
+                    decorators.push_str(text(src, d));
+                    decorators.push('\n');
+                    if squash(text(src, d)).starts_with("@atexit.register") {
+                        m.atexit.insert(name.clone());
                     }
-                    p = dec.parent();
                 }
-                let is_method = p
-                    .is_some_and(|b| b.kind() == "block" && b.parent().is_some_and(|c| c.kind() == "class_definition"));
-                m.scopes.push(Scope { name, is_method, decorators, start: n.start_byte(), end: n.end_byte() });
-                scope = m.scopes.len() - 1;
+                p = dec.parent();
             }
-            "import_statement" | "import_from_statement" => {
-                m.imports.push_str(text(src, n));
-                m.imports.push('\n');
+            let class = p
+                .filter(|b| b.kind() == "block")
+                .and_then(|b| b.parent())
+                .filter(|c| c.kind() == "class_definition")
+                .and_then(|c| c.child_by_field_name("name"))
+                .map(|x| text(src, x).to_string());
+            let is_method = class.is_some();
+            let params = n.child_by_field_name("parameters").map(|ps| params(src, ps)).unwrap_or_default();
+            m.scopes.push(Scope {
+                name,
+                is_method,
+                class,
+                decorators,
+                params,
+                start: n.start_byte(),
+                end: n.end_byte(),
+            });
+            scope = m.scopes.len() - 1;
+            m.scope_by_start.insert(n.start_byte(), scope);
+        }
+        "import_statement" | "import_from_statement" => import(src, n, m),
+        "class_definition" => {
+            if let Some(name) = n.child_by_field_name("name") {
+                m.classes.insert(text(src, name).to_string());
             }
-            "call" => call(src, n, scope, m),
+        }
+        "assignment" => {
+            if let (Some(l), Some(r)) = (n.child_by_field_name("left"), n.child_by_field_name("right")) {
+                if matches!(l.kind(), "identifier" | "attribute") {
+                    m.assigns.push(Assign {
+                        scope,
+                        target: squash(text(src, l)),
+                        value: text(src, r).to_string(),
+                        start: n.start_byte(),
+                    });
+                }
+            }
+        }
+        "call" => call(src, n, scope, m),
+        _ => {}
+    }
+    scope
+}
+
+fn params(src: &str, ps: Node) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut c = ps.walk();
+    for p in ps.named_children(&mut c) {
+        match p.kind() {
+            "identifier" => out.push((text(src, p).to_string(), None)),
+            "default_parameter" | "typed_default_parameter" => {
+                let name = p.child_by_field_name("name").map(|x| text(src, x).to_string()).unwrap_or_default();
+                let value = p.child_by_field_name("value").map(|x| text(src, x).to_string());
+                out.push((name, value));
+            }
+            "typed_parameter" => {
+                let mut c2 = p.walk();
+                let id = p.named_children(&mut c2).find(|x| x.kind() == "identifier");
+                if let Some(id) = id {
+                    out.push((text(src, id).to_string(), None));
+                }
+            }
             _ => {}
         }
+    }
+    out
+}
+
+fn import(src: &str, n: Node, m: &mut Module) {
+    let t = text(src, n);
+    m.imports.push_str(t);
+    m.imports.push('\n');
+    for w in t.split(|c: char| !is_ident_char(c)).filter(|w| !w.is_empty()) {
+        m.import_words.insert(w.to_string());
+    }
+    if n.kind() == "import_from_statement" {
         let mut c = n.walk();
-        let kids: Vec<Node> = n.children(&mut c).collect();
-        stack.extend(kids.into_iter().rev().map(|k| (k, scope)));
+        if n.children(&mut c).any(|k| k.kind() == "wildcard_import") {
+            if let Some(module) = n.child_by_field_name("module_name") {
+                let name = text(src, module).trim_start_matches('.');
+                let last = name.rsplit('.').next().unwrap_or("");
+                if !last.is_empty() {
+                    m.star_imports.push(last.to_string());
+                }
+            }
+        }
     }
 }
 
 fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
     let Some(f) = n.child_by_field_name("function") else { return };
-    let (last, attr) = match f.kind() {
-        "identifier" => (text(src, f).to_string(), false),
+    let (last, attr, name_start) = match f.kind() {
+        "identifier" => (text(src, f).to_string(), false, f.start_byte()),
         "attribute" => {
             // `", ".join(...)` and friends: a method of a literal is never one of ours.
             if f.child_by_field_name("object").is_some_and(|o| {
@@ -191,25 +364,30 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
                 return;
             }
             match f.child_by_field_name("attribute") {
-                Some(a) => (text(src, a).to_string(), true),
+                Some(a) => (text(src, a).to_string(), true, a.start_byte()),
                 None => return,
             }
         }
         _ => return,
     };
     let callee = squash(text(src, f));
+    let statement = n.parent().is_some_and(|p| p.kind() == "expression_statement" && p.named_child_count() == 1);
     let mut c = Call {
         callee: callee.clone(),
         last,
         attr,
         positional: 0,
         keywords: Vec::new(),
+        keyword_spans: Vec::new(),
+        first_arg: None,
         splat_kw: false,
         args: String::new(),
         start: n.start_byte(),
         end: n.end_byte(),
+        name_start,
         scope,
         via: None,
+        statement,
     };
     let mut refs = Vec::new();
     if let Some(args) = n.child_by_field_name("arguments") {
@@ -224,14 +402,19 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
                         refs.push((text(src, v).to_string(), v));
                     }
                     c.keywords.push((k, v.map(|v| text(src, v).trim().to_string()).unwrap_or_default()));
+                    c.keyword_spans.push(v.map_or((a.end_byte(), a.end_byte()), |v| (v.start_byte(), v.end_byte())));
                 }
                 "dictionary_splat" => c.splat_kw = true,
                 "comment" => {}
-                "identifier" => {
-                    refs.push((text(src, a).to_string(), a));
+                kind => {
+                    if c.positional == 0 {
+                        c.first_arg = Some((a.start_byte(), a.end_byte()));
+                    }
+                    if kind == "identifier" {
+                        refs.push((text(src, a).to_string(), a));
+                    }
                     c.positional += 1;
                 }
-                _ => c.positional += 1,
             }
         }
     }
@@ -240,8 +423,17 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
             m.atexit.insert(name.clone());
         }
     }
-    if callee == "signal.signal" || callee == "signal" {
+    if callee == "signal.signal" || callee == "signal" || callee.ends_with(".signal.signal") {
         m.handlers.extend(refs.iter().map(|(n, _)| n.clone()));
+        // `signal.signal(sig, self.on_term)`: a method of this file.
+        if let Some(args) = n.child_by_field_name("arguments") {
+            let mut cur = args.walk();
+            for a in args.named_children(&mut cur).filter(|a| a.kind() == "attribute") {
+                if let Some(attr) = a.child_by_field_name("attribute") {
+                    m.handlers.insert(text(src, attr).to_string());
+                }
+            }
+        }
     }
     for (name, node) in refs {
         let r = Call {
@@ -250,12 +442,16 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
             attr: false,
             positional: 0,
             keywords: Vec::new(),
+            keyword_spans: Vec::new(),
+            first_arg: None,
             splat_kw: false,
             args: String::new(),
             start: node.start_byte(),
             end: node.end_byte(),
+            name_start: node.start_byte(),
             scope,
             via: Some(callee.clone()),
+            statement: false,
         };
         m.refs.push((name, r));
     }
@@ -263,12 +459,20 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
 }
 
 impl Module {
-    /// 1-based line and column of a byte offset.
+    /// 1-based line and column (in characters) of a byte offset.
     pub fn position(&self, byte: usize) -> (u64, u64) {
-        let before = &self.src[..byte];
-        let line = before.matches('\n').count() as u64 + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) as u64 + 1;
-        (line, col)
+        let i = self.line_starts.partition_point(|&s| s <= byte) - 1;
+        let col = self.src[self.line_starts[i]..byte].chars().count() as u64 + 1;
+        (i as u64 + 1, col)
+    }
+
+    /// The byte where the line of `byte` starts, and its indentation.
+    pub fn line_start(&self, byte: usize) -> (usize, &str) {
+        let i = self.line_starts.partition_point(|&s| s <= byte) - 1;
+        let s = self.line_starts[i];
+        let line = &self.src[s..];
+        let indent = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+        (s, indent)
     }
 
     pub fn line_text(&self, byte: usize) -> &str {
@@ -277,18 +481,31 @@ impl Module {
         self.src[start..end].trim()
     }
 
+    /// The function the node at `start..end` belongs to.
     pub fn scope_at(&self, start: usize, end: usize) -> usize {
-        let mut best = 0;
-        for (i, s) in self.scopes.iter().enumerate().skip(1) {
-            if s.start <= start && end <= s.end && s.start >= self.scopes[best].start {
-                best = i;
+        let mut cur = self.node(start, end);
+        while let Some(p) = cur.parent() {
+            if p.kind() == "function_definition" {
+                return self.scope_by_start.get(&p.start_byte()).copied().unwrap_or(0);
             }
+            cur = p;
         }
-        best
+        0
     }
 
-    fn node(&self, start: usize, end: usize) -> Node<'_> {
+    pub fn node(&self, start: usize, end: usize) -> Node<'_> {
         self.tree.root_node().descendant_for_byte_range(start, end).unwrap_or(self.tree.root_node())
+    }
+
+    /// Make room for the calls' contexts once the call list is final (`eval::Program::new`).
+    pub fn reset_ctxs(&mut self) {
+        self.ctxs = (0..self.calls.len()).map(|_| std::cell::OnceCell::new()).collect();
+    }
+
+    /// The statement context of call `ci`.
+    pub fn call_ctx(&self, ci: usize) -> &Ctx {
+        let c = &self.calls[ci];
+        self.ctxs[ci].get_or_init(|| self.ctx(c.start, c.end))
     }
 
     /// The statement context of the node at `start..end`, up to its function.
@@ -298,29 +515,57 @@ impl Module {
         while let Some(p) = cur.parent() {
             match p.kind() {
                 "function_definition" | "lambda" => break,
-                "finally_clause" => ctx.finally = true,
-                "except_clause" | "except_group_clause" => ctx.except = true,
-                "for_statement" | "while_statement" if p.child_by_field_name("body") == Some(cur) => ctx.in_loop = true,
+                "finally_clause" => {
+                    ctx.finally = true;
+                    if ctx.finally_try.is_none() {
+                        if let Some(t) = p.parent() {
+                            ctx.finally_try = Some((t.start_byte(), t.end_byte()));
+                        }
+                    }
+                }
+                "except_clause" | "except_group_clause" => {
+                    ctx.except = true;
+                    if ctx.handler.is_none() {
+                        if let Some(t) = p.parent() {
+                            ctx.handler = Some(((p.start_byte(), p.end_byte()), (t.start_byte(), t.end_byte())));
+                        }
+                    }
+                }
+                "for_statement" | "while_statement" if p.child_by_field_name("body") == Some(cur) => {
+                    ctx.in_loop = true;
+                    if ctx.loop_body.is_none() {
+                        ctx.loop_body = Some((cur.start_byte(), cur.end_byte()));
+                    }
+                }
                 "elif_clause" if p.child_by_field_name("consequence") == Some(cur) => {
                     if let Some(c) = p.child_by_field_name("condition") {
-                        ctx.conds.push(text(&self.src, c).to_string());
+                        ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
                     }
                 }
                 "if_statement" => {
                     let cond = p.child_by_field_name("condition");
-                    let arm = if p.child_by_field_name("consequence") == Some(cur) {
-                        Some(0)
-                    } else if matches!(cur.kind(), "elif_clause" | "else_clause") {
-                        let mut c = p.walk();
-                        let i = p.children_by_field_name("alternative", &mut c).position(|a| a == cur);
-                        i.map(|i| i as u32 + 1)
-                    } else {
-                        None
-                    };
-                    if let Some(arm) = arm {
+                    let mut arm = None;
+                    if p.child_by_field_name("consequence") == Some(cur) {
+                        arm = Some(0);
                         if let Some(c) = cond {
-                            ctx.conds.push(text(&self.src, c).to_string());
+                            ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
                         }
+                    } else if matches!(cur.kind(), "elif_clause" | "else_clause") {
+                        // Past the `if` and every earlier `elif`: their conditions do not hold.
+                        let mut c = p.walk();
+                        let alts: Vec<Node> = p.children_by_field_name("alternative", &mut c).collect();
+                        let i = alts.iter().position(|a| *a == cur);
+                        arm = i.map(|i| i as u32 + 1);
+                        if let Some(c) = cond {
+                            ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
+                        }
+                        for a in alts.iter().take(i.unwrap_or(0)) {
+                            if let Some(c) = a.child_by_field_name("condition") {
+                                ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
+                            }
+                        }
+                    }
+                    if let Some(arm) = arm {
                         ctx.arms.push((p.start_byte(), arm));
                     }
                 }
@@ -344,10 +589,16 @@ impl Module {
         ctx
     }
 
+    /// Condition texts of `ctx`, for a guard regex (`else` arms included, as before).
+    pub fn cond_texts<'a>(&'a self, ctx: &'a Ctx) -> impl Iterator<Item = &'a str> + 'a {
+        ctx.conds.iter().map(move |c| &self.src[c.start..c.end])
+    }
+
     /// An `if <guard>: ... return` earlier in an enclosing block of the function, or an enclosing
     /// `if <guard>:`.
     pub fn guarded(&self, start: usize, end: usize, guard: &regex::Regex) -> bool {
-        if self.ctx(start, end).conds.iter().any(|c| guard.is_match(c)) {
+        let ctx = self.ctx(start, end);
+        if self.cond_texts(&ctx).any(|c| guard.is_match(c)) {
             return true;
         }
         let mut cur = self.node(start, end);

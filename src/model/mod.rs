@@ -222,11 +222,37 @@ pub struct InputSummary {
 pub struct LintReport {
     pub schema_version: u32,
     pub tool_version: String,
-    /// The torch version the checks were filtered by (`--torch`); absent: every check ran.
+    /// The torch release the checks were chosen for (`--torch`, the Python's torch, a lock file);
+    /// absent when only a range (or nothing) is known.
     pub torch_version: Option<String>,
     pub files: Vec<String>,
     pub checks: Vec<String>,
     pub findings: Vec<Finding>,
     /// Files that do not parse, with where (they get no findings; the exit status is 2).
     pub errors: Vec<Evidence>,
+    /// Where the torch version came from (`--torch`, the Python's torch, a project pin), or why
+    /// it is unknown; absent when the files disagree (each finding then says its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_source: Option<String>,
+    /// Mechanical fixes of findings (SARIF `fixes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<LintFix>,
+}
+
+/// An edit that fixes `findings[finding]` of a `LintReport`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LintFix {
+    pub finding: usize,
+    pub description: String,
+    /// In the finding's file; positions are 1-based, columns in characters, end exclusive.
+    pub replacements: Vec<LintEdit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LintEdit {
+    pub start_line: u64,
+    pub start_column: u64,
+    pub end_line: u64,
+    pub end_column: u64,
+    pub text: String,
 }

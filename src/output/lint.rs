@@ -135,15 +135,9 @@ fn level(s: Severity) -> &'static str {
     }
 }
 
-/// SARIF wants URIs: relative paths as given (code scanning resolves them against the checkout).
+/// SARIF wants URIs relative to the checkout (`crate::lint::sarif_uri`).
 fn uri(path: &str) -> String {
-    let p = path.replace('\\', "/");
-    let p = p.strip_prefix("./").unwrap_or(&p).to_string();
-    if p.starts_with('/') {
-        format!("file://{p}")
-    } else {
-        p
-    }
+    crate::lint::sarif_uri(path)
 }
 
 /// SARIF's schema types its optional fields; an absent one is left out, never `null`.
@@ -157,6 +151,25 @@ fn drop_nulls(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(drop_nulls),
         _ => {}
     }
+}
+
+/// A fix as SARIF `fix`: its replacements in the finding's file.
+fn sarif_fix(x: &crate::model::LintFix, f: &Finding) -> Value {
+    let reps: Vec<Value> = x
+        .replacements
+        .iter()
+        .map(|e| {
+            json!({
+                "deletedRegion": { "startLine": e.start_line, "startColumn": e.start_column,
+                                   "endLine": e.end_line, "endColumn": e.end_column },
+                "insertedContent": { "text": e.text },
+            })
+        })
+        .collect();
+    json!({
+        "description": { "text": x.description },
+        "artifactChanges": [{ "artifactLocation": { "uri": f.evidence.first().map(|e| uri(&e.source)) }, "replacements": reps }],
+    })
 }
 
 pub fn sarif(r: &LintReport) -> Value {
@@ -193,9 +206,12 @@ fn sarif_value(r: &LintReport) -> Value {
     let results: Vec<Value> = r
         .findings
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
             let e = f.evidence.first();
+            let fixes: Vec<Value> = r.fixes.iter().filter(|x| x.finding == i).map(|x| sarif_fix(x, f)).collect();
             json!({
+                "fixes": (!fixes.is_empty()).then_some(fixes),
                 "ruleId": f.rule,
                 "ruleIndex": rules[f.rule.as_str()].0,
                 "level": level(f.severity),
@@ -236,6 +252,7 @@ fn sarif_value(r: &LintReport) -> Value {
                 "version": r.tool_version,
                 "rules": rule_objs,
             }},
+            "columnKind": "unicodeCodePoints",
             "invocations": [{
                 "executionSuccessful": r.errors.is_empty(),
                 "toolExecutionNotifications": notes,
