@@ -553,27 +553,8 @@ impl Program {
         if !check.call_before.is_empty() && !self.call_before(check, site) {
             return false;
         }
-        if !check.call_after.is_empty() {
-            let sm = self.matched(&check.call_after, Kind::Normal);
-            // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
-            // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
-            let mine =
-                (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
-            let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
-                let c = &m.calls[ci];
-                if w.later_unless_group == Some(true) && names_group(c) {
-                    return false;
-                }
-                mine.as_ref().is_none_or(|p| {
-                    let other = self.rank_path(site.module, c.start, c.end, m.call_ctx(ci), None);
-                    !p.uniform.iter().any(|(t, pos)| other.uniform.iter().any(|(t2, pos2)| t == t2 && pos != pos2))
-                })
-            });
-            let later = later.map(|ci| &m.calls[ci]);
-            match later {
-                Some(c) => site.notes.push(format!("`{}` follows at line {}", c.callee, m.position(c.start).0)),
-                None => return false,
-            }
+        if !check.call_after.is_empty() && !self.call_after(check, site, ctx) {
+            return false;
         }
         if !check.call_in_loop.is_empty() && !self.call_in_loop(check, site, ctx) {
             return false;
@@ -598,6 +579,33 @@ impl Program {
         }
         if !check.no_call.is_empty() && !self.no_call(check, site, memo) {
             return false;
+        }
+        true
+    }
+
+    /// `call_after`: a matching call later in the site's function, on a path the site's ranks take
+    /// too; it is named in the site's notes.
+    fn call_after(&self, check: &Check, site: &mut Site, ctx: &Ctx) -> bool {
+        let m = &self.modules[site.module];
+        let w = &check.def.when;
+        let sm = self.matched(&check.call_after, Kind::Normal);
+        // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
+        // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
+        let mine = (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
+        let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
+            let c = &m.calls[ci];
+            if w.later_unless_group == Some(true) && names_group(c) {
+                return false;
+            }
+            mine.as_ref().is_none_or(|p| {
+                let other = self.rank_path(site.module, c.start, c.end, m.call_ctx(ci), None);
+                !p.uniform.iter().any(|(t, pos)| other.uniform.iter().any(|(t2, pos2)| t == t2 && pos != pos2))
+            })
+        });
+        let later = later.map(|ci| &m.calls[ci]);
+        match later {
+            Some(c) => site.notes.push(format!("`{}` follows at line {}", c.callee, m.position(c.start).0)),
+            None => return false,
         }
         true
     }

@@ -233,6 +233,20 @@ pub fn text(r: &EnvReport) -> String {
         }
     }
 
+    text_leftovers(&mut s, r, bold);
+    let _ = writeln!(s, "\n{}", paint("checklist", bold));
+    for c in &r.checks {
+        let tag = format!("[{:<4}]", c.status.as_str());
+        let _ = writeln!(s, "{} {}", paint(&tag, status_style(c.status)), c.title);
+        if !c.detail.is_empty() {
+            let _ = writeln!(s, "       {}", c.detail);
+        }
+    }
+    s
+}
+
+/// The text report's leftovers section: /dev/shm files, NCCL sockets, SysV segments, GPU holders.
+fn text_leftovers(s: &mut String, r: &EnvReport, bold: Style) {
     let _ = writeln!(s, "\n{}", paint("leftovers", bold));
     if r.shm.files.is_empty() {
         let _ = writeln!(s, "  {}: no nccl-* or torch_* files", r.shm.dir);
@@ -270,16 +284,6 @@ pub fn text(r: &EnvReport) -> String {
             let _ = writeln!(s, "  pid {} ({}) holds {}", p.pid, p.comm, p.devices.join(", "));
         }
     }
-
-    let _ = writeln!(s, "\n{}", paint("checklist", bold));
-    for c in &r.checks {
-        let tag = format!("[{:<4}]", c.status.as_str());
-        let _ = writeln!(s, "{} {}", paint(&tag, status_style(c.status)), c.title);
-        if !c.detail.is_empty() {
-            let _ = writeln!(s, "       {}", c.detail);
-        }
-    }
-    s
 }
 
 fn lib_path(l: &LibFile) -> String {
