@@ -43,6 +43,9 @@ pub enum Command {
     Lint(LintArgs),
     /// Compile the workload's CUDA kernels to PTX with NVRTC and list their entry points.
     Kernels(KernelsArgs),
+    /// NCCL releases by version: fetch into the user cache, list, print a library's path, clean.
+    #[command(subcommand)]
+    Nccl(NcclCommand),
     /// Print a shell completion script.
     Completions {
         #[arg(value_enum)]
@@ -71,6 +74,38 @@ pub enum Format {
     Text,
     Md,
     Json,
+}
+
+impl ColorChoice {
+    /// `Some(on)` when forced, `None` for auto.
+    pub fn forced(self) -> Option<bool> {
+        match self {
+            ColorChoice::Auto => None,
+            ColorChoice::Always => Some(true),
+            ColorChoice::Never => Some(false),
+        }
+    }
+}
+
+impl Format {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            Format::Text => crate::output::Format::Text,
+            Format::Md => crate::output::Format::Md,
+            Format::Json => crate::output::Format::Json,
+        }
+    }
+}
+
+impl LintFormat {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            LintFormat::Text => crate::output::Format::Text,
+            LintFormat::Md => crate::output::Format::Md,
+            LintFormat::Json => crate::output::Format::Json,
+            LintFormat::Sarif => crate::output::Format::Sarif,
+        }
+    }
 }
 
 /// Options shared by every command that runs the rule engine.
@@ -132,6 +167,28 @@ pub struct ReproArgs {
     /// A libnccl.so to load, as an axis (repeatable). Default: the one the loader finds.
     #[arg(long = "nccl-lib", value_name = "PATH")]
     pub nccl_lib: Vec<PathBuf>,
+
+    /// NCCL releases as the library axis (repeatable, comma-separated): `2.22.3`, `system` (the
+    /// loader's), or a libnccl.so path. A release is fetched into the user cache once (`epdoctor nccl`).
+    #[arg(long = "nccl", value_delimiter = ',', value_name = "RELEASE,...")]
+    pub nccl: Vec<String>,
+
+    /// CUDA major of the NCCL wheels (nvidia-nccl-cu<N>). Default: the driver's, then older ones.
+    #[arg(long, value_name = "12|13")]
+    pub cuda: Option<u32>,
+
+    /// Use only NCCL releases already in the cache; never reach the package index.
+    #[arg(long)]
+    pub offline: bool,
+
+    /// Binary search over the NCCL releases in FROM..TO (either end may be `system`) for the first
+    /// one where --finding appears or disappears.
+    #[arg(long, value_name = "FROM..TO", requires = "finding")]
+    pub bisect_nccl: Option<String>,
+
+    /// With --bisect-nccl: what to look for, a rule id or an outcome (hang, failed, leftovers).
+    #[arg(long, value_name = "RULE|OUTCOME", requires = "bisect_nccl")]
+    pub finding: Option<String>,
 
     /// Run every cell this many times.
     #[arg(long, default_value_t = 1, value_name = "K")]
@@ -306,6 +363,58 @@ pub enum RulesCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum NcclCommand {
+    /// The releases in the cache (with --available: the ones the package index offers).
+    List {
+        /// Also list what the package index offers for this machine.
+        #[arg(long)]
+        available: bool,
+        #[command(flatten)]
+        opts: NcclOpts,
+    },
+    /// Fetch releases into the cache (each wheel's sha256 checked against the index).
+    Fetch {
+        #[arg(value_name = "VERSION", required = true)]
+        versions: Vec<String>,
+        #[command(flatten)]
+        opts: NcclOpts,
+    },
+    /// Print the cached libnccl.so.2 of a release (fetched first unless --offline), e.g. for LD_PRELOAD.
+    Path {
+        #[arg(value_name = "VERSION")]
+        version: String,
+        #[command(flatten)]
+        opts: NcclOpts,
+    },
+    /// Remove releases from the cache (default: all of them).
+    Clean {
+        #[arg(value_name = "VERSION")]
+        versions: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NcclOpts {
+    /// CUDA major of the wheel (nvidia-nccl-cu<N>). Default: the driver's, then older ones.
+    #[arg(long, value_name = "12|13")]
+    pub cuda: Option<u32>,
+
+    /// Use only the cache; never reach the package index.
+    #[arg(long)]
+    pub offline: bool,
+
+    /// No progress lines.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl NcclOpts {
+    pub fn options(&self) -> crate::nccl::Options {
+        crate::nccl::Options { cuda: self.cuda, offline: self.offline, quiet: self.quiet }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct LintArgs {
     /// Python files or folders of them.
@@ -422,6 +531,11 @@ impl ReproArgs {
             teardown: self.teardown.clone(),
             env: self.env.clone(),
             nccl_lib: self.nccl_lib.clone(),
+            nccl: self.nccl.clone(),
+            cuda: self.cuda,
+            offline: self.offline,
+            bisect_nccl: self.bisect_nccl.clone(),
+            finding: self.finding.clone(),
             repeat: self.repeat,
             timeout: self.timeout,
             grace: self.grace,

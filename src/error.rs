@@ -20,6 +20,10 @@ pub(crate) enum Error {
     /// A GPU library the built-in workload or `kernels` needs cannot be loaded.
     #[error(transparent)]
     MissingLibrary(anyhow::Error),
+    /// An NCCL release that cannot be had: not on the index, no network, a checksum mismatch,
+    /// not in the cache with --offline (src/nccl/); the text says what to run by hand.
+    #[error(transparent)]
+    Fetch(anyhow::Error),
     /// repro: the harness failed after the run folder was created (writing a cell, its outputs).
     #[error(transparent)]
     Harness(anyhow::Error),
@@ -51,6 +55,7 @@ pub(crate) trait Typed<T> {
     fn input(self) -> anyhow::Result<T>;
     fn rules(self) -> anyhow::Result<T>;
     fn harness(self) -> anyhow::Result<T>;
+    fn fetch(self) -> anyhow::Result<T>;
 }
 
 impl<T> Typed<T> for anyhow::Result<T> {
@@ -62,6 +67,9 @@ impl<T> Typed<T> for anyhow::Result<T> {
     }
     fn harness(self) -> anyhow::Result<T> {
         self.map_err(|e| typed(e, Error::Harness))
+    }
+    fn fetch(self) -> anyhow::Result<T> {
+        self.map_err(|e| typed(e, Error::Fetch))
     }
 }
 

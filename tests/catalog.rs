@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
+use epdoctor::model::version::{Range, Version};
 use epdoctor::rules::catalog::{Known, KnownClass};
 use epdoctor::rules::schema::{self, Rule};
-use epdoctor::rules::version::{Range, Version};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Deserialize;
 

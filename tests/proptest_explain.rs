@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 
 use epdoctor::commands::explain::analyze_bytes;
+use epdoctor::model::version::Version;
 use epdoctor::model::Analysis;
-use epdoctor::rules::version::Version;
 use epdoctor::rules::{schema, Engine, Options};
 use proptest::prelude::*;
 
@@ -97,6 +97,7 @@ fn options() -> impl Strategy<Value = Options> {
             assume_nccl: assume.then(|| Version::parse("2.22.3").unwrap()),
             evidence,
             templates: t,
+            ..Options::default()
         }
     })
 }

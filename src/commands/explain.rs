@@ -1,23 +1,21 @@
 //! `explain`: input -> records -> matches -> verdict -> report.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
 
 use crate::cli::ExplainArgs;
 use crate::error::Typed;
-use crate::log;
 use crate::model::Analysis;
-use crate::output::{self as report, RenderOpts};
+use crate::output;
+use crate::pipeline;
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.
 pub fn analyze(paths: &[PathBuf], rule_source: &rules::RuleSource) -> Result<Analysis> {
     let engine = rules::engine(rule_source).rules()?;
-    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(paths).input()?).input()?;
-    let a = engine.analyze(&inputs, &Options { evidence: 5, ..Default::default() }).input()?;
-    Ok(crate::flight::join(with_notes(a, notes), Vec::new(), dumps))
+    pipeline::explain_paths(&engine, paths, &Options { evidence: 5, ..Default::default() }).input()
 }
 
 pub fn run(args: &ExplainArgs) -> Result<u8> {
@@ -28,31 +26,25 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         ));
     }
     let engine = rules::engine(&args.rule_opts.source()).rules()?;
-    let (inputs, notes, dumps) = crate::flight::prepare(log::expand(&args.paths).input()?).input()?;
     let opts = Options {
         max_bytes: args.max_bytes,
         evidence: args.evidence.unwrap_or(5),
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = crate::flight::join(with_notes(engine.analyze(&inputs, &opts).input()?, notes), Vec::new(), dumps);
+    let analysis = pipeline::explain_paths(&engine, &args.paths, &opts).input()?;
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
     let others = args.evidence.unwrap_or(if args.format == crate::cli::Format::Md { 3 } else { 2 });
-    let ro = RenderOpts { redact: !args.no_redact, evidence: args.evidence.unwrap_or(5), evidence_others: others };
-    let text = report::render(&analysis, args.format, &ro);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(analysis.verdict.exit_code())
-}
-
-/// `a` with the notes of `expand` (what it skipped) before the engine's own.
-fn with_notes(mut a: Analysis, mut notes: Vec<String>) -> Analysis {
-    notes.append(&mut a.notes);
-    a.notes = notes;
-    a
+    let o = output::Options {
+        redact: !args.no_redact,
+        evidence: args.evidence.unwrap_or(5),
+        evidence_others: others,
+        ..output::Options::new(args.format.output())
+    };
+    output::print(&output::render(&analysis, &o)?)?;
+    Ok(crate::exit::of_verdict(analysis.verdict))
 }
 
 /// In-memory entry point for the fuzzer and the property tests: explain `files` (name, raw bytes:
@@ -64,13 +56,44 @@ pub fn analyze_bytes(
     files: &[(&str, &[u8])],
     opts: &Options,
 ) -> Result<(Analysis, [String; 3])> {
-    let inputs: Vec<log::Input> = files
-        .iter()
-        .map(|(name, bytes)| log::Input::Bytes { name: name.to_string(), bytes: (*bytes).into() })
-        .collect();
-    let analysis = engine.analyze(&inputs, opts)?;
-    let ro = RenderOpts { redact: true, evidence: opts.evidence.max(1), evidence_others: opts.evidence.clamp(1, 3) };
-    let out = [crate::cli::Format::Text, crate::cli::Format::Md, crate::cli::Format::Json]
-        .map(|f| report::render(&analysis, f, &ro));
-    Ok((analysis, out))
+    let analysis = pipeline::explain_bytes(engine, files, opts)?;
+    let o = |format| output::Options {
+        evidence: opts.evidence.max(1),
+        evidence_others: opts.evidence.clamp(1, 3),
+        ..output::Options::new(format)
+    };
+    let [text, md, json] = [output::Format::Text, output::Format::Md, output::Format::Json]
+        .map(|f| output::render(&analysis, &o(f)).expect("explain has text, Markdown and JSON"));
+    Ok((analysis, [text, md, json]))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sniff_knows_what_epdoctor_writes() {
+        use crate::log::{sniff, Content, Input};
+        use crate::output::{self, Format, Options};
+        let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
+        let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
+        let a = engine.analyze(&inputs, &Default::default()).unwrap();
+        for (format, kind) in [
+            (Format::Text, "epdoctor explain's text"),
+            (Format::Md, "epdoctor explain's Markdown"),
+            (Format::Json, "epdoctor explain's JSON"),
+        ] {
+            let o = Options { evidence: 3, evidence_others: 3, ..Options::new(format) };
+            let out = output::render(&a, &o).unwrap();
+            assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
+        }
+        let repro = format!("{}\n\n- cells: 4\n", crate::model::headings::REPRO_MD);
+        assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
+        let bundle = format!("{}\n\n- logs: verdict\n", crate::model::headings::REPORT_MD);
+        assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
+        // cells.json as serde writes `repro::result::Run`: its first two fields.
+        let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
+        assert_eq!(sniff("cells.json", cells.as_bytes()), Content::Own("epdoctor repro's cells.json"));
+        // Other JSON and Markdown are not ours.
+        assert_eq!(sniff("x.json", b"{\"schema_version\": 1, \"name\": 2}"), Content::Text);
+        assert_eq!(sniff("x.md", b"# epdoctor notes\n"), Content::Text);
+    }
 }

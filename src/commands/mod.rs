@@ -3,26 +3,26 @@
 //! an exit status.
 pub mod env;
 pub mod explain;
+pub mod kernels;
 pub mod lint;
 pub mod man;
+pub mod nccl;
 pub mod report;
 pub mod repro;
 pub mod rules;
-pub mod worker;
 
 use crate::cli::{Cli, Command};
-use crate::error::Error;
 use crate::exit;
 
 /// Run the parsed command line; print an error and return its status if it fails.
 pub(crate) fn run(cli: Cli) -> u8 {
-    crate::output::color::init(cli.color);
+    crate::output::color::init(cli.color.forced());
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => exit::OK,
         Err(e) => {
             crate::output::color::print_error(&e);
-            exit_status(&e)
+            exit::of_error(&e)
         }
     }
 }
@@ -36,20 +36,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
-        Command::Kernels(args) => worker::kernels(&args),
-        Command::Worker(args) => worker::worker(&args),
+        Command::Kernels(args) => kernels::kernels(&args),
+        Command::Nccl(cmd) => nccl::run(cmd),
+        Command::Worker(args) => kernels::worker(&args),
         Command::Completions { shell } => man::completions(shell),
         Command::Man { dir } => man::run(dir.as_deref()),
-    }
-}
-
-/// The exit status of a failed command (README, "Exit codes").
-pub(crate) fn exit_status(e: &anyhow::Error) -> u8 {
-    match crate::error::kind_of(e) {
-        Some(Error::Usage(_) | Error::Input(_) | Error::Rules(_) | Error::MissingLibrary(_)) => exit::ERROR,
-        Some(Error::Harness(_)) => exit::HARNESS,
-        // Not caused by what the user gave (a bug, a full disk): still "could not do it".
-        None => exit::ERROR,
     }
 }
 
@@ -60,7 +51,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Typed;
+    use crate::error::{Error, Typed};
     use crate::rules::RuleSource;
 
     fn kind(e: &anyhow::Error) -> &'static str {
@@ -70,6 +61,7 @@ mod tests {
             Some(Error::Rules(_)) => "rules",
             Some(Error::MissingLibrary(_)) => "library",
             Some(Error::Harness(_)) => "harness",
+            Some(Error::Fetch(_)) => "fetch",
             None => "untyped",
         }
     }
@@ -79,7 +71,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("missing.log");
         let e = explain::analyze(std::slice::from_ref(&missing), &RuleSource::builtin()).unwrap_err();
-        assert_eq!((kind(&e), exit_status(&e)), ("input", exit::ERROR), "{e:#}");
+        assert_eq!((kind(&e), exit::of_error(&e)), ("input", exit::ERROR), "{e:#}");
         assert!(format!("{e:#}").starts_with(&format!("cannot read {}: ", missing.display())), "{e:#}");
 
         let empty = d.path().join("logs");
@@ -93,7 +85,7 @@ mod tests {
         let log = d.path().join("rank0.log");
         std::fs::write(&log, "hello\n").unwrap();
         let e = explain::analyze(&[log], &RuleSource { files: vec![bad], builtin: true }).unwrap_err();
-        assert_eq!((kind(&e), exit_status(&e)), ("rules", exit::ERROR), "{e:#}");
+        assert_eq!((kind(&e), exit::of_error(&e)), ("rules", exit::ERROR), "{e:#}");
     }
 
     #[test]
@@ -106,8 +98,8 @@ mod tests {
         assert_eq!(kind(&e), "rules", "context on top keeps the type");
 
         let h: anyhow::Result<()> = Err(anyhow::anyhow!("writing cells.json"));
-        assert_eq!(exit_status(&h.harness().unwrap_err()), exit::HARNESS);
-        assert_eq!(exit_status(&crate::error::usage_one("bad flag")), exit::ERROR);
-        assert_eq!(exit_status(&anyhow::anyhow!("a bug")), exit::ERROR);
+        assert_eq!(exit::of_error(&h.harness().unwrap_err()), exit::HARNESS);
+        assert_eq!(exit::of_error(&crate::error::usage_one("bad flag")), exit::ERROR);
+        assert_eq!(exit::of_error(&anyhow::anyhow!("a bug")), exit::ERROR);
     }
 }

@@ -14,12 +14,12 @@ pub fn run(args: &ReproArgs) -> Result<u8> {
         Format::Md => std::fs::read_to_string(dir.join(REPORT_FILE))?,
         Format::Json => std::fs::read_to_string(dir.join(CELLS_FILE))?,
     };
-    super::env::print(&out)?;
+    crate::output::print(&out)?;
     if let Some(p) = writer::partial_note(run) {
         eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
     }
     if let Some(why) = &done.never_started {
         eprintln!("epdoctor: no rank of any cell started the workload; rank 0 said: {why}");
     }
-    Ok(done.exit_code())
+    Ok(crate::exit::of_repro(done.never_started.is_some(), done.harness_failed()))
 }

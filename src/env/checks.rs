@@ -7,7 +7,7 @@ use super::gpu::GpuStatus;
 use super::python::PythonStatus;
 use super::shm::ShmState;
 use super::{vars, EnvReport};
-use crate::rules::version::{boundary, Version};
+use crate::model::version::{boundary, Version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -4,7 +4,8 @@
 //! `pg_status`), not by name. Per process group: each rank's last enqueued, started and completed
 //! collective, the ranks that never joined collective N, mismatched collectives, ranks without a
 //! dump. What they show becomes `[epdoctor-fr]` lines that the engine reads like any log (the rules
-//! in rules/flight-recorder.toml say what each means); `join` then makes the culprit the primary.
+//! in rules/flight-recorder.toml say what each means, and which of them leads over the victims'
+//! timeouts: `leads_over`).
 
 pub mod pickle;
 
@@ -15,23 +16,10 @@ use std::path::{Path, PathBuf};
 use pickle::Value;
 
 use crate::log::Input;
-use crate::model::Analysis;
 
 pub const PREFIX: &str = "[epdoctor-fr]";
 /// The name of the engine input that holds the lines made from the dumps.
 pub const SOURCE: &str = "flight-recorder";
-/// Rules whose finding names the culprit: made the primary by `join`.
-const CULPRIT_RULES: &[&str] = &["fr-rank-never-joined", "fr-collective-mismatch"];
-/// A rank without a dump is the likely culprit when the logs hold only what the waiting ranks say.
-const MISSING_RULE: &str = "fr-rank-without-dump";
-const VICTIM_RULES: &[&str] = &[
-    "torch-watchdog-timeout",
-    "torch-watchdog-teardown",
-    "harness-rank-deadline-hang",
-    "harness-rank-stopped-by-harness",
-    "hang-stack-collective-wait",
-];
-const WATCHDOG_RULE: &str = "torch-watchdog-timeout";
 /// A dump is small (kilobytes per thousand entries); anything far larger is not one.
 const MAX_DUMP: u64 = 512 << 20;
 
@@ -386,30 +374,6 @@ pub fn input(dumps: &[Dump]) -> Option<Input> {
         return None;
     }
     Some(Input::Memory { name: SOURCE.into(), text: lines(dumps).join("\n") + "\n" })
-}
-
-/// One verdict: the finding that names the rank that never joined (or the mismatch) becomes the
-/// primary, ahead of the victims' timeouts in the logs; so does a rank without a dump when the logs
-/// hold only the victims' side. `had_dumps`: whether any dump was given (else a watchdog timeout
-/// gets a note saying where the dumps are).
-pub fn join(mut a: Analysis, notes: Vec<String>, had_dumps: bool) -> Analysis {
-    a.notes.extend(notes);
-    let find = |ids: &[&str]| a.findings.iter().find(|f| ids.contains(&f.rule.as_str())).cloned();
-    let victim_primary = a.primary.as_ref().is_none_or(|p| VICTIM_RULES.contains(&p.rule.as_str()));
-    let culprit = find(CULPRIT_RULES).or_else(|| find(&[MISSING_RULE]).filter(|_| victim_primary));
-    if let Some(f) = culprit {
-        a.primary = Some(f);
-        a.verdict = crate::model::Verdict::Actionable;
-    }
-    if !had_dumps && a.findings.iter().any(|f| f.rule == WATCHDOG_RULE) {
-        a.notes.push(
-            "a collective timed out: PyTorch's Flight Recorder names the rank that never joined it. Run with \
-             TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 and give epdoctor the dumps \
-             (default /tmp/nccl_trace_rank_<rank>, or TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>) with the logs"
-                .into(),
-        );
-    }
-    a
 }
 
 #[cfg(test)]

@@ -10,20 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::exit;
-use crate::model::{Evidence, Finding, LintReport, Severity, SCHEMA_VERSION};
-use crate::rules::version::Version;
-
-/// 2 when a file does not parse, 1 on a warning or worse, 0 otherwise.
-pub fn exit_code(r: &LintReport) -> u8 {
-    if !r.errors.is_empty() {
-        exit::ERROR
-    } else if r.findings.iter().any(|f| f.severity >= Severity::Warning) {
-        exit::ACTIONABLE
-    } else {
-        exit::OK
-    }
-}
+use crate::model::version::Version;
+use crate::model::{Evidence, Finding, LintReport, SCHEMA_VERSION};
 
 /// Files given, and the `.py` files under folders given (hidden folders and caches skipped).
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use super::archive::{Limits, Member, Spool, LIMITS};
+use crate::model::headings;
 
 /// Longest line kept; the rest of a longer line is skipped (and noted).
 pub const MAX_LINE: usize = 1 << 20;
@@ -53,6 +54,9 @@ pub(super) fn printable(s: &str) -> String {
 pub struct Expanded {
     pub inputs: Vec<Input>,
     pub notes: Vec<String>,
+    /// Parts of what was given that could not be read whole (a cut archive, a member not read,
+    /// a binary file): a verdict cannot be `clean` or `benign` past them.
+    pub unread: Vec<String>,
 }
 
 /// Bytes of an input's (unpacked) start that `sniff` looks at.
@@ -132,11 +136,11 @@ pub fn sniff(name: &str, head: &[u8]) -> Content {
 fn own_output(head: &[u8]) -> Option<&'static str> {
     let text = String::from_utf8_lossy(&head[..head.len().min(512)]);
     let first = text.lines().next().unwrap_or("");
-    if first == crate::output::repro::HEADING {
+    if first == headings::REPRO_MD {
         Some("epdoctor repro's report.md")
-    } else if first == crate::output::report::HEADING {
+    } else if first == headings::REPORT_MD {
         Some("an epdoctor report")
-    } else if first.starts_with(crate::output::explain_md::HEADING) {
+    } else if first.starts_with(headings::EXPLAIN_MD) {
         Some("epdoctor explain's Markdown")
     } else if first
         .strip_prefix("verdict: ")
@@ -165,7 +169,7 @@ pub fn expand(paths: &[PathBuf]) -> Result<Expanded> {
 
 pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded> {
     if paths.is_empty() {
-        return Ok(Expanded { inputs: vec![Input::Stdin], notes: Vec::new() });
+        return Ok(Expanded { inputs: vec![Input::Stdin], ..Default::default() });
     }
     let mut x = Expander::new(limits);
     for p in paths {
@@ -188,11 +192,11 @@ pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded
             x.add(Src::File(p.clone()), 0, false);
         }
     }
-    let Expanded { inputs, notes } = x.finish();
-    if inputs.is_empty() {
-        anyhow::bail!("nothing to read: {}", notes.join("; "));
+    let x = x.finish();
+    if x.inputs.is_empty() {
+        anyhow::bail!("nothing to read: {}", x.notes.join("; "));
     }
-    Ok(Expanded { inputs, notes })
+    Ok(x)
 }
 
 /// Where a file's bytes come from while `expand` looks at it.
@@ -241,6 +245,7 @@ pub(super) struct Expander<'l> {
     /// Why -> what, for the notes.
     pub(super) skipped: BTreeMap<&'static str, Vec<String>>,
     pub(super) notes: Vec<String>,
+    pub(super) unread: Vec<String>,
     pub(super) spool: Option<Spool>,
     /// Unpacked archive bytes promised so far (spooled or read later from a zip).
     pub(super) unpacked: u64,
@@ -248,7 +253,15 @@ pub(super) struct Expander<'l> {
 
 impl<'l> Expander<'l> {
     fn new(limits: &'l Limits) -> Self {
-        Expander { limits, out: Vec::new(), skipped: BTreeMap::new(), notes: Vec::new(), spool: None, unpacked: 0 }
+        Expander {
+            limits,
+            out: Vec::new(),
+            skipped: BTreeMap::new(),
+            notes: Vec::new(),
+            unread: Vec::new(),
+            spool: None,
+            unpacked: 0,
+        }
     }
 
     pub(super) fn skip(&mut self, why: &'static str, what: String) {
@@ -291,6 +304,12 @@ impl<'l> Expander<'l> {
         self.take(src, name, content, depth, found);
     }
 
+    /// A note on a part of the input that was not read: it also keeps the verdict from `clean`.
+    pub(super) fn unread(&mut self, note: String) {
+        self.unread.push(note.clone());
+        self.notes.push(note);
+    }
+
     /// Act on what `sniff` said of `src`.
     pub(super) fn take(&mut self, src: Src, name: String, content: Content, depth: usize, found: bool) {
         if let Some((why, what)) = skip_reason(&name, content, depth, found) {
@@ -302,7 +321,10 @@ impl<'l> Expander<'l> {
             _ => {
                 match content {
                     Content::Empty => self.skip(EMPTY, name),
-                    Content::NotText => self.skip(NOT_TEXT, name),
+                    Content::NotText => {
+                        self.unread.push(format!("{name}: does not look like text"));
+                        self.skip(NOT_TEXT, name)
+                    }
                     _ => {}
                 }
                 self.out.push(src.into_input());
@@ -321,7 +343,7 @@ impl<'l> Expander<'l> {
             notes.push(format!("{why}: {list}"));
         }
         notes.extend(self.notes);
-        Expanded { inputs: self.out, notes }
+        Expanded { inputs: self.out, notes, unread: self.unread }
     }
 }
 
@@ -662,33 +684,6 @@ mod tests {
     }
 
     #[test]
-    fn sniff_knows_what_epdoctor_writes() {
-        use crate::output::{self as report, RenderOpts};
-        let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
-        let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
-        let a = engine.analyze(&inputs, &Default::default()).unwrap();
-        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
-        for (format, kind) in [
-            (crate::cli::Format::Text, "epdoctor explain's text"),
-            (crate::cli::Format::Md, "epdoctor explain's Markdown"),
-            (crate::cli::Format::Json, "epdoctor explain's JSON"),
-        ] {
-            let out = report::render(&a, format, &ro);
-            assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
-        }
-        let repro = format!("{}\n\n- cells: 4\n", crate::output::repro::HEADING);
-        assert_eq!(sniff("report.md", repro.as_bytes()), Content::Own("epdoctor repro's report.md"));
-        let bundle = format!("{}\n\n- logs: verdict\n", crate::output::report::HEADING);
-        assert_eq!(sniff("r.md", bundle.as_bytes()), Content::Own("an epdoctor report"));
-        // cells.json as serde writes `repro::result::Run`: its first two fields.
-        let cells = "{\n  \"schema_version\": 1,\n  \"tool_version\": \"0.1.0\",\n  \"status\": \"complete\",\n";
-        assert_eq!(sniff("cells.json", cells.as_bytes()), Content::Own("epdoctor repro's cells.json"));
-        // Other JSON and Markdown are not ours.
-        assert_eq!(sniff("x.json", b"{\"schema_version\": 1, \"name\": 2}"), Content::Text);
-        assert_eq!(sniff("x.md", b"# epdoctor notes\n"), Content::Text);
-    }
-
-    #[test]
     fn folders_skip_hidden_and_own_files_and_say_so() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path();
@@ -698,8 +693,7 @@ mod tests {
         std::fs::write(root.join(".git/objects/ab"), "NCCL WARN in git\n").unwrap();
         std::fs::write(root.join(".venv/lib/x.py"), "NCCL WARN in venv\n").unwrap();
         std::fs::write(root.join(".nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
-        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", crate::output::repro::HEADING))
-            .unwrap();
+        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", headings::REPRO_MD)).unwrap();
         std::fs::write(root.join("run/cells/c0/rank0.log"), "vm:1:2 [0] NCCL INFO hi\n").unwrap();
         std::fs::write(root.join("rank1.log"), "").unwrap();
         let x = expand(&[root.to_path_buf()]).unwrap();

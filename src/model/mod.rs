@@ -3,6 +3,16 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod version;
+
+/// The first lines of epdoctor's own documents: the writers start them so, and `explain` skips a
+/// file that starts so (it would read its own findings as a log).
+pub mod headings {
+    pub const REPRO_MD: &str = "# epdoctor repro";
+    pub const REPORT_MD: &str = "# epdoctor report";
+    pub const EXPLAIN_MD: &str = "### epdoctor explain: ";
+}
+
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -21,15 +31,6 @@ impl Verdict {
             Verdict::Benign => "benign",
             Verdict::Actionable => "actionable",
             Verdict::Unknown => "unknown",
-        }
-    }
-
-    /// Exit status of `explain` (README, "Exit codes").
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Verdict::Clean | Verdict::Benign => crate::exit::OK,
-            Verdict::Actionable => crate::exit::ACTIONABLE,
-            Verdict::Unknown => crate::exit::UNKNOWN,
         }
     }
 }
@@ -154,6 +155,10 @@ pub struct Analysis {
     /// Python warnings from modules outside torch.distributed, NCCL, NVSHMEM and DeepEP.
     #[serde(default)]
     pub unrelated: Unrelated,
+    /// Why part of the input was not read (empty, cut at --max-bytes, a truncated archive, a
+    /// binary file): with any, the verdict is never `clean` or `benign`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -178,8 +183,21 @@ impl RunOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct OutcomeReport {
     pub status: RunOutcome,
-    /// The lines that decided it (a success marker, a failure marker or the primary's line).
+    /// The line that decided it: the first failure marker, else the first success marker. Only
+    /// markers of how the run ended decide, never the warnings being judged.
     pub evidence: Vec<Evidence>,
+    /// Success markers (test summaries, DeepEP's passed lines, nccl-tests' footer, a finished
+    /// training, every rank exiting 0, torchrun's SUCCEEDED), the first few in log order.
+    #[serde(default)]
+    pub success: Vec<Evidence>,
+    /// Failure markers (a non-zero exit, a signal, a launcher's failure banner), the first few.
+    #[serde(default)]
+    pub failure: Vec<Evidence>,
+    /// How many success and failure markers the log holds in all.
+    #[serde(default)]
+    pub success_markers: u64,
+    #[serde(default)]
+    pub failure_markers: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 
 use super::markdown::{heading, Md};
 use super::redact::Redactor;
-use super::RenderOpts;
+use super::{Format, Options};
 use crate::env::checks::Status;
 use crate::env::EnvReport;
 use crate::model::Analysis;
 use crate::repro::result::Run;
 
 /// The report's first line (`explain` knows the document by it and does not read it as a log).
-pub(crate) const HEADING: &str = "# epdoctor report";
+pub(crate) const HEADING: &str = crate::model::headings::REPORT_MD;
 
 /// The models one report is made of.
 pub(crate) struct Doc<'a> {
@@ -82,7 +82,7 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
             let _ = writeln!(s, "Explained: {}\n", logs.join(", "));
             s.push_str(&super::explain_md::write(
                 a,
-                &RenderOpts { redact: true, evidence: 5, evidence_others: 3 },
+                &Options { evidence_others: 3, ..Options::new(Format::Md) },
                 &mut md,
             ));
         }

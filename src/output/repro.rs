@@ -201,6 +201,7 @@ fn notes(run: &Run, dir: &Path) -> Vec<String> {
             v.push(format!("cell {}: explain failed: {e}", c.index));
         }
     }
+    v.extend(crate::repro::nccl_axis::newer_nccl_hint(run));
     v
 }
 
@@ -225,6 +226,12 @@ pub fn text(run: &Run, dir: &Path) -> String {
             let _ = writeln!(s, "  {}", site_line(w));
         }
     }
+    if let Some(b) = &run.bisect {
+        let _ = writeln!(s);
+        for l in crate::repro::bisect::lines(b) {
+            let _ = writeln!(s, "{l}");
+        }
+    }
     let n = notes(run, dir);
     if !n.is_empty() {
         let _ = writeln!(s, "\nNotes:");
@@ -235,9 +242,6 @@ pub fn text(run: &Run, dir: &Path) -> String {
     let _ = writeln!(s, "\nRun folder: {} (report.md, cells.json, cells/*/ with every log)", dir.display());
     s
 }
-
-/// report.md's first line (`explain` knows a run folder's report by it and does not read it as a log).
-pub(crate) const HEADING: &str = "# epdoctor repro";
 
 /// report.md, or the repro section of `report` (`level`: the heading level of its title).
 pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> String {
@@ -276,6 +280,13 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
             let _ = writeln!(s, "- {}", md.text(&site_line(w)));
         }
         s.push('\n');
+    }
+    if let Some(b) = &run.bisect {
+        s.push_str(&heading(level + 1, "Bisection"));
+        let _ = writeln!(s, "\n{}", md.block(&crate::repro::bisect::lines(b)));
+    }
+    if let Some(h) = crate::repro::nccl_axis::newer_nccl_hint(run) {
+        let _ = writeln!(s, "Note: {}\n", md.text(&h));
     }
     s.push_str(&heading(level + 1, "Cells"));
     s.push('\n');

@@ -29,7 +29,14 @@ impl Axis {
         let v = &self.values[i];
         match self.kind {
             AxisKind::NcclLib if v.is_empty() => "default".into(),
-            AxisKind::NcclLib => format!("lib{}", i + 1),
+            // A release from the cache (or, in a bisection, one not fetched yet) by its name.
+            AxisKind::NcclLib => crate::nccl::cache::release_of_lib(v).unwrap_or_else(|| {
+                if v.contains('/') {
+                    format!("lib{}", i + 1)
+                } else {
+                    v.clone()
+                }
+            }),
             AxisKind::Env if v.is_empty() => "(unset)".into(),
             _ => v.clone(),
         }
@@ -145,6 +152,15 @@ pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
     let mut axes = Vec::new();
     let mut libs = Vec::new();
     for p in &args.nccl_lib {
+        // `--nccl system`: the loader's choice, as a value beside the libraries.
+        if p.as_os_str().is_empty() {
+            if libs.iter().any(String::is_empty) {
+                bad("--nccl system given twice".into());
+            } else {
+                libs.push(String::new());
+            }
+            continue;
+        }
         match std::fs::metadata(p) {
             Err(e) => bad(format!("--nccl-lib {}: {e}", p.display())),
             Ok(m) if !m.is_file() => {

@@ -5,6 +5,7 @@
 //! `EPDOCTOR_WORKER_CMD` names a program started instead of `epdoctor worker` (stand-in ranks),
 //! `EPDOCTOR_SHM_DIR` replaces /dev/shm when looking for leftover NCCL files.
 
+pub mod bisect;
 pub mod cell;
 pub mod compare;
 pub mod interrupt;
@@ -12,6 +13,7 @@ pub mod launch;
 pub mod leftovers;
 pub mod markers;
 pub mod matrix;
+pub mod nccl_axis;
 pub mod result;
 pub mod slurm;
 pub mod stacks;
@@ -38,10 +40,7 @@ pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
-    let (inputs, notes, dumps) = crate::flight::prepare(crate::log::expand(paths)?)?;
-    let mut a = engine.analyze(&inputs, &crate::rules::Options { evidence: 5, ..Default::default() })?;
-    a.notes.extend(notes);
-    Ok(crate::flight::join(a, Vec::new(), dumps))
+    crate::pipeline::explain_paths(engine, paths, &crate::rules::Options { evidence: 5, ..Default::default() })
 }
 
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
@@ -74,6 +73,14 @@ pub struct Config {
     /// Environment axes, `NAME=v1,v2`.
     pub env: Vec<String>,
     pub nccl_lib: Vec<PathBuf>,
+    /// `--nccl`: releases, `system` or paths, resolved through src/nccl/ (nccl_axis.rs).
+    pub nccl: Vec<String>,
+    /// `--cuda`, `--offline`: how releases are resolved.
+    pub cuda: Option<u32>,
+    pub offline: bool,
+    /// `--bisect-nccl FROM..TO --finding X` (bisect.rs).
+    pub bisect_nccl: Option<String>,
+    pub finding: Option<String>,
     pub repeat: usize,
     pub timeout: f64,
     pub grace: f64,
@@ -122,25 +129,28 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// The exit status: 2 when the workload never started, 5 when the harness failed or was
-    /// interrupted, else 0.
-    pub fn exit_code(&self) -> u8 {
-        let launch_failed = self.run.cells.iter().any(|c| c.status == CellStatus::LaunchError);
-        if self.never_started.is_some() {
-            crate::exit::ERROR
-        } else if self.run.is_partial() || launch_failed {
-            crate::exit::HARNESS
-        } else {
-            crate::exit::OK
-        }
+    /// Whether the harness failed: a cell could not be launched, or the run was interrupted.
+    pub fn harness_failed(&self) -> bool {
+        self.run.is_partial() || self.run.cells.iter().any(|c| c.status == CellStatus::LaunchError)
     }
 }
 
 pub fn run(args: &Config) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
+    // NCCL releases by version (fetched or from the cache) become library paths first.
+    let resolved = nccl_axis::resolve(args, &mut problems)?;
+    let args = &resolved.config;
     let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
     let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    if let (Some(b), Some(e)) = (&resolved.bisect, &engine) {
+        if !b.finding.starts_with("outcome:") && !e.rules.iter().any(|r| r.def.id == b.finding) {
+            problems.push(format!(
+                "--finding {}: no rule has that id (`epdoctor rules list`); outcomes are hang, failed, leftovers",
+                b.finding
+            ));
+        }
+    }
     let launcher = launcher(args).map_err(|e| problems.push(format!("{e:#}"))).ok();
     // Under Slurm the ranks run on the allocation's nodes, which this host cannot vouch for.
     if let (Some(Workload::Builtin { .. }), None, false) = (
@@ -149,7 +159,7 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
         args.launch.launcher == LauncherKind::Slurm,
     ) {
         // The worker would fail the same way in every cell: say it once, before running anything.
-        let need_nccl = args.nccl_lib.is_empty() && crate::worker::libs::find_runtime_nccl().is_none();
+        let need_nccl = resolved.uses_loader && crate::worker::libs::find_runtime_nccl().is_none();
         if let Err(e) = crate::worker::libs::check_present(need_nccl) {
             problems.push(format!("{e:#}"));
         }
@@ -161,7 +171,10 @@ pub fn run(args: &Config) -> anyhow::Result<Finished> {
     // A run folder that cannot be made where the user asked is theirs to fix; any failure after
     // it exists is the harness's (exit 5).
     let dir = create_run_dir(args.out.as_deref()).map_err(|e| crate::error::usage_one(format!("{e:#}")))?;
-    run_cells(args, plan, &engine, launcher, dir).harness()
+    match resolved.bisect {
+        Some(setup) => bisect::run(args, plan, &engine, launcher, dir, setup).harness(),
+        None => run_cells(args, plan, &engine, launcher, dir).harness(),
+    }
 }
 
 fn run_cells(
@@ -419,6 +432,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
         effects: Vec::new(),
         where_fired: Vec::new(),
         lint,
+        bisect: None,
     }
 }
 

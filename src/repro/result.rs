@@ -56,6 +56,9 @@ pub struct Run {
     /// What `lint` finds in the command's Python scripts, before any cell runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lint: Vec<crate::model::Finding>,
+    /// `--bisect-nccl`: the releases probed and the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<super::bisect::Outcome>,
 }
 
 impl Run {

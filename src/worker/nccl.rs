@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::nccl::{result, sys};
 
-use crate::rules::version::Version;
+use crate::model::version::Version;
 
 /// A failed NCCL call, by result name (e.g. ncclRemoteError), plus ncclGetLastError's text.
 #[derive(Debug, Clone)]

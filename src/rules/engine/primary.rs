@@ -33,6 +33,20 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// A culprit that outranks the picked primary: the first finding whose rule leads over any
+    /// primary (`"*"`), else the first that leads over the picked one (or over none).
+    pub(crate) fn culprit(&self, findings: &[Cand], picked: Option<usize>) -> Option<usize> {
+        let leads = |i: usize| &self.rules[findings[i].rule].def.leads_over;
+        let over_any = (0..findings.len()).find(|&i| leads(i).iter().any(|r| r == "*"));
+        over_any.or_else(|| {
+            let victim = picked.map(|p| findings[p].finding.rule.as_str());
+            (0..findings.len())
+                .find(|&i| !leads(i).is_empty() && victim.is_none_or(|v| leads(i).iter().any(|r| r == v)))
+        })
+    }
+}
+
 /// Whether hit `a` happened before hit `b`, where that can be told: by timestamp when both lines
 /// carry one (the clocks of ranks on one machine agree), else by line within one input; `None`
 /// across inputs without times.

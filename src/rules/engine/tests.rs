@@ -94,7 +94,7 @@ fn the_level_of_accept_failed_tells_the_release_and_a_stated_release_it_contradi
 #[test]
 fn a_range_gates_a_span_of_releases_only_when_it_holds_for_all_or_none() {
     use super::versions::{span_gate, Gate};
-    use crate::rules::version::Range;
+    use crate::model::version::Range;
     let r = Range::parse(">=2.23.4, <2.30.3").unwrap();
     let v = |a, m, p| Version(a, m, p);
     assert_eq!(span_gate(Some(&r), &[v(2, 24, 3), v(2, 28, 9)]), Gate::Open);
