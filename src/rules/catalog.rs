@@ -846,7 +846,7 @@ deepspeed = ["0.9.5", "0.19.8"]
                   proceed with training with local resources only.";
         assert_eq!(k.get(k.lookup(ds).unwrap()).unwrap().lib, "deepspeed");
         // A paste that broke the line after a sentence: the first sentence alone finds the message.
-        let wrapped = "[W reducer.cpp:1303] Warning: find_unused_parameters=True was specified in DDP constructor, \
+        let wrapped = "[W reducer.cpp:1300] Warning: find_unused_parameters=True was specified in DDP constructor, \
                        but did not find any unused parameters in the forward pass. ";
         assert_eq!(k.get(k.lookup(wrapped).unwrap()).unwrap().family, "ddp");
         // A message under 12 literal characters per line is not told apart; a near miss is nothing.
