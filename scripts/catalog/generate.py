@@ -26,7 +26,12 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ep  # noqa: E402
+import libs  # noqa: E402
 import torch_cpp  # noqa: E402
+
+# What --only can name: each part is read (with --fetch) and its TSVs written; the others' committed
+# TSVs are kept and read back (fingerprints.toml is always written from all of them).
+PARTS = ("nccl", "torch", "nvshmem", "deepep", "libs")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "rules", "catalog")
@@ -42,7 +47,7 @@ NCCL_EXTS = (".cc", ".cpp", ".h", ".hpp", ".c")
 # ncclDebugLogLevel (include/nccl_common.h); 6 is the ATTN level 2.32 adds (read from its code).
 NCCL_LEVELS = {1: "VERSION", 2: "WARN", 3: "INFO", 4: "ABORT", 5: "TRACE", 6: "ATTN"}
 
-TORCH_VERSIONS = ["2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
+TORCH_VERSIONS = ["2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
                   "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
 # NVSHMEM: the last release of each minor on PyPI; DeepEP: its V1 tag and the V2 / hybrid-EP branches,
 # pinned to the commits read (a branch moves; a rerun must read the same code).
@@ -53,9 +58,10 @@ DEEPEP_REFS = [("v1.2.1", "9af0e0d0e74f3577af1979c9b9e1ac2cad0104ee"),
                ("epv2-release", "018f21ea62c6c2888d9b46806aad6d90b399b23d"),
                ("main", "dd758caf451848bd150e1046af3d0a73e5fff38d"),
                ("hybrid-ep", "94a9f8f6b146c07d97ec58f67cd6d303296d6098")]
-TORCH_PY_DIRS = ("torch/distributed/",)
-# Of those, the process-group, store, launcher and elastic code (not FSDP, DTensor, checkpointing...).
-TORCH_PY_KEEP = re.compile(r"torch/distributed/(?:[^/]+\.py|elastic/.*|launcher/.*)$")
+TORCH_PY_DIRS = ("torch/distributed/", "torch/nn/parallel/")
+# Every Python file of those: the process group, stores, launcher and elastic agent, and FSDP, DDP,
+# DTensor, checkpointing, pipelining, RPC (their families tell them apart).
+TORCH_PY_KEEP = re.compile(r"torch/(?:distributed|nn/parallel)/.*\.py$")
 # The C++ c10d code lives in these libraries of the wheel (ProcessGroupNCCL in the CUDA one; the
 # stores, sockets and Backend in the CPU one); its sites are read from their machine code.
 TORCH_LIBS = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cpu.so")
@@ -94,10 +100,27 @@ def nccl_family(path, fmt):
     return "other"
 
 
+# Python families by path (before the words of the message): the parts of torch.distributed
+# beyond the process group, stores and launcher.
+TORCH_PY_FAMILIES = [
+    (re.compile(r"torch/nn/parallel/|algorithms/ddp_comm_hooks|algorithms/join|algorithms/model_averaging"), "ddp"),
+    (re.compile(r"/fsdp/|_composable/fsdp|_composable/fully_shard|_fsdp"), "fsdp"),
+    (re.compile(r"/checkpoint/|_state_dict_utils"), "checkpoint"),
+    (re.compile(r"/_?tensor/|/_shard/|/_sharded_tensor/|/_sharding_spec/|device_mesh|_functional_collectives|"
+                r"_composable/|_spmd|/_local_tensor/"), "tensor"),
+    (re.compile(r"/pipelining/|/pipeline/"), "pipelining"),
+    (re.compile(r"/rpc/|/autograd/|/nn/api/remote_module|/nn/jit/|/optim/"), "rpc-optim"),
+]
+
+
 def torch_family(path, text):
     low = text.lower()
     if path.startswith("torch/csrc/"):
         name = path.rsplit("/", 1)[-1]
+        if re.search(r"reducer|comm_hook|default_comm_hooks|logger\.cpp", path):
+            return "ddp"
+        if "Gloo" in path or "gloo" in path:
+            return "gloo"
         if TORCH_CPP_OTHER.search(path):
             return "other"
         if name.startswith("socket"):
@@ -111,6 +134,9 @@ def torch_family(path, text):
         return "c10d"
     if "elastic" in path or "/run.py" in path or "launch" in path:
         return "elastic"
+    for pat, fam in TORCH_PY_FAMILIES:
+        if pat.search(path):
+            return fam
     if "heartbeat" in low or "watchdog" in low or "timeout" in low and "ProcessGroupNCCL" in path:
         return "watchdog"
     if "store" in low or "TCPStore" in path or "rendezvous" in path:
@@ -118,6 +144,52 @@ def torch_family(path, text):
     if re.search(r"destroy|shutdown|abort|destruct|exit", low):
         return "teardown"
     return "c10d"
+
+
+# ---------------------------------------------------------------------------------------------
+# Classes: what a message is, from the call that prints it and its words. The engine gives a line
+# of a catalogued message that no rule reads a finding of its class (docs/catalog.md).
+
+CLASSES = ("performance-hint", "deprecation", "startup-notice", "config-notice", "teardown", "error")
+# Calls whose message is an error: raised, logged at error level, thrown or checked in C++.
+ERROR_KINDS = re.compile(r"raise|error|exception|critical|fatal|ERROR|FATAL|TORCH_CHECK|INTERNAL_ASSERT|THROW|"
+                         r"Error$|Exception$|^EnforceNotMet|^IoException|^TimeoutException")
+DEPRECATION_KINDS = ("FutureWarning", "DeprecationWarning", "PendingDeprecationWarning", "rank_zero_deprecation",
+                     "LightningDeprecationWarning")
+INFO_KINDS = ("info", "INFO", "rank_zero_info", "log_dist")
+DEPRECATION_WORDS = re.compile(r"deprecat|will be removed|(?:is|was|has been|been) removed|no longer (?:be )?supported|"
+                               r"in a future (?:release|version)|will no longer|is obsolete|legacy .*instead", re.I)
+# Words of a message that reports something going wrong, whatever the level it is printed at.
+FAILURE_WORDS = re.compile(r"\b(?:fail(?:ed|ure|ures|s|ing)?|errors?|exceptions?|timed out|"
+                           r"crash(?:ed|es)?|refused|reset by peer|corrupt(?:ed|ion)?|deadlock(?:ed)?|killed|"
+                           r"died|lost|out of memory|segfault|hung)\b", re.I)
+TEARDOWN_WORDS = re.compile(r"destroy|destruct|shut(?:ting)? ?down|shutdown|teardown|tear down|finaliz|cleanup|"
+                            r"clean up|abort|terminat|exiting|atexit|at exit|before (?:program )?exit|"
+                            r"\bexit(?:ed|s)?\b|\bstopp(?:ed|ing)\b|\bclos(?:e|ed|ing)\b", re.I)
+PERFORMANCE_WORDS = re.compile(r"performance|\bslow|bottleneck|overhead|efficien|speed ?up|faster|throughput|"
+                               r"tensor cores|num_workers|extra traversal|impair|sub-?optimal|not optimal|"
+                               r"expensive|memory (?:usage|footprint|consumption)|peak memory|contiguous|strides|"
+                               r"bucket|bandwidth|latency|set_float32_matmul_precision", re.I)
+STARTUP_WORDS = re.compile(r"initializ|\bstart(?:ing|ed)?\b|launch|world[ _]size|local_rank|global_rank|"
+                           r"\bGPU available|TPU available|HPU available|using (?:backend|device|strategy)|"
+                           r"rendezvous|connected|\bready\b|\bspawn|\bworkers?\b", re.I)
+
+
+def site_class(kind, text):
+    """The class of a message printed by a call of `kind` (the TSV's level column)."""
+    if ERROR_KINDS.search(kind) and kind not in DEPRECATION_KINDS:
+        return "error"
+    if kind in DEPRECATION_KINDS or DEPRECATION_WORDS.search(text):
+        return "deprecation"
+    if FAILURE_WORDS.search(text):
+        return "error"
+    if TEARDOWN_WORDS.search(text):
+        return "teardown"
+    if PERFORMANCE_WORDS.search(text):
+        return "performance-hint"
+    if kind in INFO_KINDS or STARTUP_WORDS.search(text):
+        return "startup-notice"
+    return "config-notice"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,12 +586,25 @@ class RemoteZip:
 # ---------------------------------------------------------------------------------------------
 # Fetch: fill the cache
 
-def fetch(cache, gitdir, deepep_git):
+def fetch(cache, gitdir, deepep_git, parts=PARTS):
     os.makedirs(cache, exist_ok=True)
+    if "nccl" in parts:
+        fetch_nccl(cache, gitdir)
+    if "deepep" in parts and not os.path.isdir(deepep_git):
+        subprocess.run(["git", "clone", "--mirror", DEEPEP_GIT_URL, deepep_git], check=True)
+    if "torch" in parts:
+        fetch_torch_py(cache)
+    if "nvshmem" in parts:
+        fetch_nvshmem(cache)
+    if "torch" in parts:
+        fetch_torch_cpp(cache)
+    if "libs" in parts:
+        libs.fetch(cache, simple_index, http_get)
+
+
+def fetch_nccl(cache, gitdir):
     if not os.path.isdir(gitdir):
         subprocess.run(["git", "clone", "--mirror", NCCL_GIT_URL, gitdir], check=True)
-    if not os.path.isdir(deepep_git):
-        subprocess.run(["git", "clone", "--mirror", DEEPEP_GIT_URL, deepep_git], check=True)
     # NCCL releases that have no tag: the wheel's library, read and deleted.
     bindir = os.path.join(cache, "nccl-bin")
     os.makedirs(bindir, exist_ok=True)
@@ -539,6 +624,9 @@ def fetch(cache, gitdir, deepep_git):
             json.dump({"wheel": whl, "sites": sorted(sites, key=lambda s: (s[0] or "", s[1] or 0, s[3]))}, f,
                       indent=0)
         shutil.rmtree(tmp)
+
+
+def fetch_torch_py(cache):
     # torch: each release's METADATA (the NCCL pin), its torch/distributed Python files, and the
     # c10d strings of its C++ libraries.
     index = simple_index("torch")
@@ -561,6 +649,9 @@ def fetch(cache, gitdir, deepep_git):
         with open(os.path.join(d, "wheel"), "w") as f:
             f.write(w["filename"] + "\n")
         open(os.path.join(d, "done"), "w").close()
+
+
+def fetch_nvshmem(cache):
     # NVSHMEM: the message strings of each library of the wheel.
     index = simple_index(NVSHMEM_WHEEL)
     for v in NVSHMEM_VERSIONS:
@@ -576,6 +667,9 @@ def fetch(cache, gitdir, deepep_git):
             msgs |= {(lib,) + m for m in ep.nvshmem_messages(lib, rz.read_many([name])[name])}
         with open(dest, "w") as f:
             json.dump({"wheel": w["filename"], "messages": sorted(msgs)}, f, indent=0)
+
+
+def fetch_torch_cpp(cache):
     index = simple_index("torch")
     # torch's C++ c10d sites: from the machine code of its libraries (about 1 GB read per release,
     # the libraries deleted once read).
@@ -647,7 +741,7 @@ def derive():
     nccl_rows = [((f, int(line), level, subsys, fmt, origin), first, last)
                  for f, line, level, subsys, first, last, _fam, origin, fmt in read_rows("nccl.tsv")]
     torch_rows = [((f, int(line), level, fmt, origin), first, last)
-                  for f, line, level, first, last, _fam, origin, fmt in read_rows("torch.tsv")]
+                  for f, line, level, first, last, _fam, _cls, origin, fmt in read_rows("torch.tsv")]
     pins = [tuple(r) for r in read_rows("torch-nccl.tsv")]
     write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins, t_releases, torch_rows))
 
@@ -715,26 +809,80 @@ def torch_pins(cache):
     return rows
 
 
-PY_MSG = re.compile(
-    r"(?:raise\s+[A-Za-z_.]+\(|(?:logger|log|logging|_logger)\.(warning|error|info|exception|critical|warn)\(|warnings\.warn\()")
+# The calls whose first literal argument is a message: (pattern, kind, index of the message
+# argument). A `kind` None is read from the match: warnings.warn's category (second argument or
+# `category=`, UserWarning by default), the logger method's name.
+PY_CALLS = [
+    (re.compile(r"raise\s+[A-Za-z_.]+\("), "raise", 0),
+    (re.compile(r"(?<![\w.])(?:logger|log|logging|_logger|LOGGER|_log|[a-z_]+_logger)\."
+                r"(warning_once|warning|warn|error|info|exception|critical)\("), None, 0),
+    (re.compile(r"(?<![\w.])warnings\.warn\("), "category", 0),
+    # torch._logging.warning_once(logger, msg)
+    (re.compile(r"(?<![\w.])warning_once\("), "warning", 1),
+    # typing_extensions' @deprecated(msg, category=FutureWarning): printed when the API is called.
+    (re.compile(r"(?<![\w.])deprecated\("), "deprecated", 0),
+]
+WARNING_CLASS = re.compile(r"(?:category\s*=\s*)?([A-Za-z_.]*Warning)$")
 
 
-def py_sites(path, text):
-    """Messages raised or logged in a Python file: (line, kind, text with {} for each placeholder)."""
+def call_kind(kind, m, args):
+    """The level of one call: raise, a warnings category, or the logger method (warn = warning)."""
+    if kind in ("category", "deprecated"):
+        default = "UserWarning" if kind == "category" else "DeprecationWarning"
+        for a in args[1:]:
+            w = WARNING_CLASS.fullmatch(a.strip())
+            if w:
+                return w.group(1).rsplit(".", 1)[-1]
+        return default
+    if kind is None:
+        k = m.group(1)
+        return {"warn": "warning", "warning_once": "warning"}.get(k, k)
+    return kind
+
+
+def py_sites(path, text, calls=None):
+    """Messages raised, warned or logged in a Python file: (line, kind, text with {} for each
+    f-string field). `calls`: the call table (PY_CALLS, or a library's own)."""
     out = []
-    lines = text.split("\n")
-    for m in PY_MSG.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
-        kind = "raise" if m.group(0).startswith("raise") else (
-            "warn" if m.group(0).startswith("warnings") else m.group(1))
-        args, _ = split_args(text, m.end())
-        if not args or not args[0]:
-            continue
-        msg = py_literal(args[0])
-        if msg is None or len(re.sub(r"\{\}|%\w", "", msg).strip()) < 8:
-            continue
-        out.append((line, kind, msg))
-    return out
+    for pat, kind, argi in calls or PY_CALLS:
+        for m in pat.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            args, _ = split_args(text, m.end())
+            if not args or len(args) <= argi or not args[argi]:
+                continue
+            msg = py_literal(args[argi])
+            if msg is None and re.fullmatch(r"[A-Za-z_]\w*", args[argi].strip()):
+                msg = assigned_literal(text, m.start(), args[argi].strip())
+            if msg is None or len(re.sub(r"\{\}|%\w", "", msg).strip()) < 8:
+                continue
+            out.append((line, call_kind(kind, m, args), msg))
+    return sorted(set(out))
+
+
+def assigned_literal(text, at, name):
+    """The literal a message variable was given shortly before the call at `at` (`msg = (f"..." "...")`),
+    `{}` appended for what `msg += ...` adds after it; None if there is none within 40 lines."""
+    head = text[:at]
+    start = max(0, len(head) - 1 - sum(len(l) + 1 for l in head.split("\n")[-40:]))
+    last = None
+    for a in re.finditer(r"^[ \t]*" + re.escape(name) + r"[ \t]*=(?!=)", head[start:], re.M):
+        last = a
+    if last is None:
+        return None
+    args, _ = split_args(head, start + last.end())
+    lit = py_literal(head[start + last.end():]) if args is None else None
+    if lit is None:
+        # The right-hand side up to the end of its line (or its closing parenthesis).
+        rhs = head[start + last.end():].split("\n", 1)[0]
+        if rhs.strip().startswith("("):
+            inner, _ = split_args(head, start + last.end() + rhs.index("(") + 1)
+            rhs = inner[0] if inner else rhs
+        lit = py_literal(rhs)
+    if lit is None:
+        return None
+    if re.search(r"^[ \t]*" + re.escape(name) + r"[ \t]*\+=", head[start + last.end():], re.M):
+        lit += "{}"
+    return lit
 
 
 PY_STR = re.compile(r'''([rRfFbBuU]{0,2})("""|\'\'\'|"|')''')
@@ -786,14 +934,17 @@ def generate_torch(cache):
     rows = collapse(per, releases)
     rows.sort(key=lambda r: (r[0][0], r[0][1], vkey(r[1]), r[0][2], r[0][3]))
     lines = ["# torch.distributed message sites per release: generated by scripts/catalog/generate.py; do not edit.",
-             "# Python sites from each release wheel's torch/distributed/*.py: raise X(...), logger.<level>(...), "
-             "warnings.warn(...); f-string fields are written {}.",
+             "# Python sites from each release wheel's torch/distributed/**.py and torch/nn/parallel/**.py: raise X(...), "
+             "logger.<level>(...), warning_once(logger, ...), warnings.warn(..., Category), @deprecated(...); level: "
+             "raise, the logger method or the warning's category; f-string fields are written {}.",
              "# C++ sites (origin binary) from the machine code of the wheel's libtorch_cuda.so/libtorch_cpu.so "
              "(scripts/catalog/torch_cpp.py): level INFO/WARNING/ERROR/FATAL (LOG), TORCH_WARN, TORCH_CHECK, "
              "INTERNAL_ASSERT, or the class thrown; format: the literal pieces, {} for values.",
-             "file\tline\tlevel\tfirst\tlast\tfamily\torigin\tformat"]
+             "# class: what the message is (docs/catalog.md), from the call and its words.",
+             "file\tline\tlevel\tfirst\tlast\tfamily\tclass\torigin\tformat"]
     for (rel, line, kind, msg, origin), first, last in rows:
-        lines.append("\t".join([rel, str(line), kind, first, last, torch_family(rel, msg), origin, tsv_field(msg)]))
+        lines.append("\t".join([rel, str(line), kind, first, last, torch_family(rel, msg), site_class(kind, msg), origin,
+                                tsv_field(msg)]))
     return releases, lines, rows
 
 
@@ -850,6 +1001,106 @@ def generate_deepep(deepep_git):
     return lines, len(per)
 
 
+def generate_libs(cache):
+    """{lib: (releases, TSV lines)} for accelerate, DeepSpeed and Lightning (scripts/catalog/libs.py)."""
+    out = {}
+    for lib in libs.LIBS:
+        rel = libs.releases(cache, lib)
+        releases = [v for v, _ in rel]
+        if not releases:
+            continue
+        calls = libs.calls(lib, PY_CALLS)
+        per = {}
+        for i, v in enumerate(releases):
+            base = os.path.join(cache, "libs", lib, v, "py")
+            for dirpath, _, files in os.walk(base):
+                for fn in files:
+                    full = os.path.join(dirpath, fn)
+                    path = os.path.relpath(full, base)
+                    for line, kind, msg in py_sites(path, open(full, encoding="utf-8", errors="replace").read(), calls):
+                        per.setdefault((path, line, kind, msg), set()).add(i)
+        rows = collapse(per, releases)
+        rows.sort(key=lambda r: (r[0][0], r[0][1], vkey(r[1]), r[0][2], r[0][3]))
+        lines = [f"# {lib} message sites per release: generated by scripts/catalog/generate.py; do not edit.",
+                 "# From each release's package on PyPI (scripts/catalog/libs.py): logger.<level>(...), "
+                 "warnings.warn(..., Category) and the library's own printers; f-string fields are written {}.",
+                 "# class: what the message is (docs/catalog.md), from the call and its words.",
+                 "file\tline\tlevel\tfirst\tlast\tfamily\tclass\tformat"]
+        for (path, line, kind, msg), first, last in rows:
+            lines.append("\t".join([path, str(line), kind, first, last, libs.family(lib, path), site_class(kind, msg),
+                                    tsv_field(msg)]))
+        out[lib] = (rel, lines)
+    return out
+
+
+# A placeholder of a format: an f-string field, a str.format field, a %-conversion.
+PLACEHOLDER = re.compile(r"\{[^{}]*\}|%[-#0 +]*\d*(?:\.\d+)?[sdifrxXeEgGc]")
+
+
+def known_text(fmt):
+    """A format as the engine matches it: `{}` for every placeholder, runs of them as one."""
+    t = PLACEHOLDER.sub("{}", fmt)
+    return re.sub(r"(?:\{\}\s*){2,}", "{} ", t).strip()
+
+
+def literal_len(text):
+    return max((len(p.strip()) for l in text.split("\n") for p in l.split("{}")), default=0)
+
+
+def known_toml(lib_releases, lib_rows):
+    """known.toml: every catalogued message of torch.distributed and the three libraries by (library,
+    class, family), with the releases and files that print it: what the engine gives a finding of
+    its class when no rule reads the line. Left out: torch's C++ LOG(INFO) (traces), and messages
+    without a literal piece of 12 characters (nothing to tell them by)."""
+    msgs = {}
+    for lib, rows in lib_rows.items():
+        for file, level, first, last, fam, cls, origin, fmt in rows:
+            if origin == "binary" and level == "INFO":
+                continue
+            # Python rows keep the literal's escapes as written (`\\n`); C++ rows hold the string itself.
+            text = known_text(c_unescape(fmt) if origin == "python" else fmt)
+            if literal_len(text) < 12:
+                continue
+            rel = lib_releases[lib]
+            m = msgs.setdefault((lib, cls, fam, text), [set(), set()])
+            m[0].update(range(rel.index(first), rel.index(last) + 1))
+            m[1].add(file)
+    out = ["# Generated by scripts/catalog/generate.py from rules/catalog/{torch,accelerate,deepspeed,lightning}.tsv;",
+           "# do not edit. \"LIBRARY CLASS FAMILY\" = [\"RELEASES FILES TEXT\", ...]: each catalogued message",
+           "# of that class and family, the releases that print it (runs of `releases`), the files (comma-",
+           "# separated), its text with {} for each value. The engine gives a line of such a message that no",
+           "# rule reads a finding of its class (docs/catalog.md).",
+           "",
+           "[releases]"]
+    out += [f"{lib} = [" + ", ".join(toml_str(v) for v in rel) + "]" for lib, rel in sorted(lib_releases.items())]
+    out += ["", "[known]"]
+    groups = {}
+    for (lib, cls, fam, text), (idx, files) in msgs.items():
+        groups.setdefault(f"{lib} {cls} {fam}", []).append(
+            f"{release_runs(idx, lib_releases[lib])} {','.join(sorted(files))} {text}")
+    for key in sorted(groups):
+        out.append(toml_str(key) + " = [")
+        out += ["  " + toml_str(t) + "," for t in sorted(groups[key], key=lambda t: t.split(" ", 2)[2])]
+        out.append("]")
+    return out
+
+
+def derive_known():
+    """known.toml from the committed torch.tsv and library TSVs."""
+    rel = read_rows("releases.tsv")
+    lib_releases, lib_rows = {}, {}
+    lib_releases["torch"] = [v for l, v, _ in rel if l == "torch"]
+    lib_rows["torch"] = [(f, level, first, last, fam, cls, origin, fmt)
+                         for f, _line, level, first, last, fam, cls, origin, fmt in read_rows("torch.tsv")]
+    for lib in libs.LIBS:
+        if not os.path.exists(os.path.join(OUT, lib + ".tsv")):
+            continue
+        lib_releases[lib] = [v for l, v, _ in rel if l == lib]
+        lib_rows[lib] = [(f, level, first, last, fam, cls, "python", fmt)
+                         for f, _line, level, first, last, fam, cls, fmt in read_rows(lib + ".tsv")]
+    write("known.toml", known_toml(lib_releases, lib_rows))
+
+
 def write(name, lines):
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
@@ -890,7 +1141,9 @@ def release_runs(idx, releases):
 
 
 def toml_str(t):
-    return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string (a message may hold newlines and tabs)."""
+    t = t.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return '"' + re.sub(r"[\x00-\x1f\x7f]", lambda m: "\\u%04x" % ord(m.group(0)), t) + '"'
 
 
 def nccl_levels_toml(releases, rows):
@@ -980,45 +1233,67 @@ def main():
     ap.add_argument("--cache", default=os.path.join(ROOT, ".cache", "catalog"))
     ap.add_argument("--nccl-git", help="an NCCL git directory (bare or not); default CACHE/nccl.git")
     ap.add_argument("--deepep-git", help="a DeepEP git directory (bare or not); default CACHE/deepep.git")
+    ap.add_argument("--only", help="comma-separated parts to read and write: " + ", ".join(PARTS) +
+                    " (default all); the others' committed TSVs are kept and read back")
     ap.add_argument("--derive", action="store_true",
-                    help="only rewrite fingerprints.toml from the committed TSVs (offline, seconds)")
+                    help="only rewrite fingerprints.toml and known.toml from the committed TSVs (offline, seconds)")
     a = ap.parse_args()
     if a.derive:
         derive()
+        derive_known()
         return
+    parts = tuple(p.strip() for p in a.only.split(",")) if a.only else PARTS
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        sys.exit(f"--only: unknown part(s) {', '.join(bad)}; the parts are {', '.join(PARTS)}")
     gitdir = a.nccl_git or os.path.join(a.cache, "nccl.git")
     deepep_git = a.deepep_git or os.path.join(a.cache, "deepep.git")
     if a.fetch:
-        fetch(a.cache, gitdir, deepep_git)
-    if not os.path.isdir(gitdir):
-        sys.exit(f"no NCCL git directory at {gitdir}: run with --fetch, or pass --nccl-git DIR")
-    releases, sources, nccl_lines, nccl_rows = generate_nccl(a.cache, gitdir)
-    write("nccl.tsv", nccl_lines)
-    rel_lines = ["# Catalogued releases: generated by scripts/catalog/generate.py; do not edit.",
-                 "library\tversion\tsource"]
-    rel_lines += [f"nccl\t{v}\t{sources[v]}" for v in releases]
-    t_releases, torch_lines, torch_rows = generate_torch(a.cache)
-    pins = torch_pins(a.cache)
-    rel_lines += [f"torch\t{v}\twheel {w}" for v, _, _, w in pins]
-    write("fingerprints.toml", fingerprints_toml(releases, nccl_rows, pins, t_releases, torch_rows))
-    write("torch.tsv", torch_lines)
-    write("torch-nccl.tsv", ["# The NCCL each torch release wheel pins (Requires-Dist of its METADATA): "
-                             "generated by scripts/catalog/generate.py; do not edit.",
-                             "torch\tnccl\tpackage\twheel"] + ["\t".join(p) for p in pins])
-    n_releases, n_wheels, n_lines, n_rows = generate_nvshmem(a.cache)
-    write("nvshmem.tsv", n_lines)
-    rel_lines += [f"nvshmem\t{v}\twheel {n_wheels[v]}" for v in n_releases]
-    rel_lines += [f"deepep\t{r}\tgit commit {c}" for r, c in DEEPEP_REFS]
-    write("releases.tsv", rel_lines)
-    if os.path.isdir(deepep_git):
-        d_lines, n_deepep = generate_deepep(deepep_git)
-        write("deepep.tsv", d_lines)
-    else:
-        n_deepep = 0
-        print(f"no DeepEP git directory at {deepep_git}: deepep.tsv left as it is", file=sys.stderr)
-    print(f"nvshmem: {len(n_releases)} releases, {len(n_rows)} message rows; deepep: {n_deepep} sites", file=sys.stderr)
-    print(f"nccl: {len(releases)} releases, {len(nccl_rows)} site rows; torch: {len(t_releases)} releases, "
-          f"{len(torch_rows)} site rows, {len(pins)} pins", file=sys.stderr)
+        fetch(a.cache, gitdir, deepep_git, parts)
+    # Rows of releases.tsv kept from the committed file for the parts not read now.
+    kept = {p: [r for r in read_rows("releases.tsv") if r[0] == p] for p in ("nccl", "torch", "nvshmem", "deepep")}
+    kept["libs"] = [r for r in read_rows("releases.tsv") if r[0] in libs.LIBS]
+    rel_lines = {p: ["\t".join(r) for r in rows] for p, rows in kept.items()}
+    if "nccl" in parts:
+        if not os.path.isdir(gitdir):
+            sys.exit(f"no NCCL git directory at {gitdir}: run with --fetch, or pass --nccl-git DIR")
+        releases, sources, nccl_lines, _ = generate_nccl(a.cache, gitdir)
+        write("nccl.tsv", nccl_lines)
+        rel_lines["nccl"] = [f"nccl\t{v}\t{sources[v]}" for v in releases]
+        print(f"nccl: {len(releases)} releases, {len(nccl_lines) - 4} site rows", file=sys.stderr)
+    if "torch" in parts:
+        t_releases, torch_lines, torch_rows = generate_torch(a.cache)
+        pins = torch_pins(a.cache)
+        write("torch.tsv", torch_lines)
+        write("torch-nccl.tsv", ["# The NCCL each torch release wheel pins (Requires-Dist of its METADATA): "
+                                 "generated by scripts/catalog/generate.py; do not edit.",
+                                 "torch\tnccl\tpackage\twheel"] + ["\t".join(p) for p in pins])
+        rel_lines["torch"] = [f"torch\t{v}\twheel {w}" for v, _, _, w in pins]
+        print(f"torch: {len(t_releases)} releases, {len(torch_rows)} site rows, {len(pins)} pins", file=sys.stderr)
+    if "nvshmem" in parts:
+        n_releases, n_wheels, n_lines, n_rows = generate_nvshmem(a.cache)
+        write("nvshmem.tsv", n_lines)
+        rel_lines["nvshmem"] = [f"nvshmem\t{v}\twheel {n_wheels[v]}" for v in n_releases]
+        print(f"nvshmem: {len(n_releases)} releases, {len(n_rows)} message rows", file=sys.stderr)
+    if "deepep" in parts:
+        if os.path.isdir(deepep_git):
+            d_lines, n_deepep = generate_deepep(deepep_git)
+            write("deepep.tsv", d_lines)
+            rel_lines["deepep"] = [f"deepep\t{r}\tgit commit {c}" for r, c in DEEPEP_REFS]
+            print(f"deepep: {n_deepep} sites", file=sys.stderr)
+        else:
+            print(f"no DeepEP git directory at {deepep_git}: deepep.tsv left as it is", file=sys.stderr)
+    if "libs" in parts:
+        rel_lines["libs"] = []
+        for lib, (rel, lines) in generate_libs(a.cache).items():
+            write(lib + ".tsv", lines)
+            rel_lines["libs"] += [f"{lib}\t{v}\t{'wheel' if w.endswith('.whl') else 'sdist'} {w}" for v, w in rel]
+            print(f"{lib}: {len(rel)} releases, {len(lines) - 4} site rows", file=sys.stderr)
+    write("releases.tsv", ["# Catalogued releases: generated by scripts/catalog/generate.py; do not edit.",
+                           "library\tversion\tsource"] + [l for p in PARTS for l in rel_lines[p]])
+    # Both tables from the TSVs as written (the same as --derive gives).
+    derive()
+    derive_known()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 //! What the message catalogue (rules/catalog/, written by scripts/catalog/generate.py) gives the
 //! engine: the NCCL releases a log's WARN/ATTN sites point to, and the NCCL a torch release's wheel
-//! pins. The hand-written rules/fingerprints.toml still serves releases the catalogue lacks.
+//! pins. The hand-written rules/fingerprints.toml still serves releases the catalogue lacks. And the
+//! messages torch.distributed, accelerate, DeepSpeed and Lightning print (rules/catalog/known.toml),
+//! each with its class, so that a line of one that no rule reads is still named (`Known`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::OnceLock;
@@ -13,6 +15,7 @@ use super::version::Version;
 use crate::model::VersionNote;
 
 pub const CATALOG_FILE: &str = "rules/catalog/fingerprints.toml";
+pub const KNOWN_FILE: &str = "rules/catalog/known.toml";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -378,6 +381,315 @@ fn split_site(s: &str) -> Option<(&str, u32)> {
     Some((f, l.parse().ok()?))
 }
 
+/// What a catalogued message is (the `class` of rules/catalog/*.tsv, docs/catalog.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KnownClass {
+    /// Ordered from the most serious: a line two messages fit takes the first.
+    Error,
+    Teardown,
+    PerformanceHint,
+    Deprecation,
+    ConfigNotice,
+    StartupNotice,
+}
+
+impl KnownClass {
+    pub const ALL: [KnownClass; 6] = [
+        KnownClass::Error,
+        KnownClass::Teardown,
+        KnownClass::PerformanceHint,
+        KnownClass::Deprecation,
+        KnownClass::ConfigNotice,
+        KnownClass::StartupNotice,
+    ];
+
+    /// As the catalogue writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KnownClass::Error => "error",
+            KnownClass::Teardown => "teardown",
+            KnownClass::PerformanceHint => "performance-hint",
+            KnownClass::Deprecation => "deprecation",
+            KnownClass::ConfigNotice => "config-notice",
+            KnownClass::StartupNotice => "startup-notice",
+        }
+    }
+
+    /// As a finding says it (`a known torch.distributed performance hint`).
+    pub fn words(self) -> &'static str {
+        match self {
+            KnownClass::Error => "error",
+            KnownClass::Teardown => "teardown message",
+            KnownClass::PerformanceHint => "performance hint",
+            KnownClass::Deprecation => "deprecation notice",
+            KnownClass::ConfigNotice => "configuration notice",
+            KnownClass::StartupNotice => "startup notice",
+        }
+    }
+
+    /// The id of the rule (rules/known-sites.toml) whose finding a line of this class gets.
+    pub fn rule_id(self) -> String {
+        format!("known-{}", self.name())
+    }
+
+    fn parse(s: &str) -> Option<KnownClass> {
+        KnownClass::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// One catalogued message.
+#[derive(Debug, Clone)]
+pub struct KnownMsg {
+    pub lib: String,
+    pub class: KnownClass,
+    pub family: String,
+    /// The releases that print it, as `2.0.1-2.15.0` (several runs comma-separated).
+    pub releases: String,
+    pub files: Vec<String>,
+    pub text: String,
+}
+
+impl KnownMsg {
+    /// The library as users name it.
+    pub fn lib_name(&self) -> &str {
+        if self.lib == "torch" {
+            "torch.distributed"
+        } else {
+            &self.lib
+        }
+    }
+
+    /// Where the catalogue has it, for a finding's context.
+    pub fn where_text(&self) -> String {
+        let mut files: Vec<&str> = self.files.iter().map(String::as_str).take(2).collect();
+        if self.files.len() > 2 {
+            files.push("...");
+        }
+        format!(
+            "message catalogue: {} {} of {} ({}; {} {}): `{}`",
+            self.lib_name(),
+            self.class.words(),
+            self.family,
+            files.join(", "),
+            self.lib,
+            self.releases,
+            short(&self.text, 120)
+        )
+    }
+}
+
+fn short(s: &str, n: usize) -> String {
+    let one = s.replace('\n', " ");
+    match one.char_indices().nth(n) {
+        Some((i, _)) => format!("{}...", &one[..i]),
+        None => one,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KnownFile {
+    releases: HashMap<String, Vec<String>>,
+    known: HashMap<String, Vec<String>>,
+}
+
+/// One printed line of a message: its literal pieces (between the `{}` of values).
+#[derive(Debug)]
+struct KnownLine {
+    msg: usize,
+    pieces: Vec<String>,
+    literal: usize,
+}
+
+/// The catalogued messages of torch.distributed and the launcher libraries, looked up by the words
+/// of a line: each printed line of a message is filed under its rarest word, and a log line's
+/// words pick the candidates whose every literal piece it holds.
+#[derive(Debug, Default)]
+pub struct Known {
+    msgs: Vec<KnownMsg>,
+    lines: Vec<KnownLine>,
+    by_word: HashMap<String, Vec<usize>>,
+}
+
+/// A printed line of a message needs this many literal characters to be told apart.
+const KNOWN_MIN_LITERAL: usize = 12;
+
+fn words(s: &str) -> impl Iterator<Item = &str> {
+    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.len() >= 4)
+}
+
+/// A sentence of a longer message stands for it with this many literal characters (a paste that
+/// broke the message's line after a sentence leaves each sentence on a line of its own).
+const KNOWN_MIN_SENTENCE: usize = 24;
+
+/// The texts a message is looked up by, with the literal length each needs: each line it prints,
+/// and each sentence of a line of several.
+fn printed_lines(text: &str) -> Vec<(&str, usize)> {
+    let mut out = Vec::new();
+    for l in text.split('\n') {
+        out.push((l, KNOWN_MIN_LITERAL));
+        let mut start = 0;
+        let b = l.as_bytes();
+        let mut cuts = Vec::new();
+        for i in 1..b.len().saturating_sub(1) {
+            if matches!(b[i - 1], b'.' | b'!' | b'?') && b[i] == b' ' && b[i + 1].is_ascii_uppercase() {
+                cuts.push(i);
+            }
+        }
+        if cuts.is_empty() {
+            continue;
+        }
+        cuts.push(l.len());
+        for c in cuts {
+            out.push((l[start..c].trim(), KNOWN_MIN_SENTENCE));
+            start = c;
+        }
+    }
+    out
+}
+
+impl Known {
+    /// The built-in table, parsed on first use (most logs never need it).
+    pub fn builtin() -> Result<&'static Known> {
+        static K: OnceLock<Result<Known, String>> = OnceLock::new();
+        K.get_or_init(|| {
+            let text = schema::embedded().iter().find(|(p, _)| *p == KNOWN_FILE).map(|(_, t)| *t).unwrap_or("");
+            if text.is_empty() {
+                return Ok(Known::default());
+            }
+            Known::parse(text).map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    pub fn parse(text: &str) -> Result<Known> {
+        let f: KnownFile = toml::from_str(text).map_err(|e| anyhow!("{KNOWN_FILE}: {e}"))?;
+        let mut releases: HashMap<&str, Vec<Version>> = HashMap::new();
+        for (lib, list) in &f.releases {
+            let mut vs = Vec::new();
+            for r in list {
+                vs.push(Version::parse(r).ok_or_else(|| anyhow!("{KNOWN_FILE}: {lib}: bad release `{r}`"))?);
+            }
+            releases.insert(lib, vs);
+        }
+        let mut k = Known::default();
+        let mut keys: Vec<&String> = f.known.keys().collect();
+        keys.sort();
+        for key in keys {
+            let mut it = key.split(' ');
+            let (Some(lib), Some(class), Some(family), None) = (it.next(), it.next(), it.next(), it.next()) else {
+                return Err(anyhow!("{KNOWN_FILE}: key `{key}` is not `LIBRARY CLASS FAMILY`"));
+            };
+            let class = KnownClass::parse(class).ok_or_else(|| anyhow!("{KNOWN_FILE}: `{key}`: unknown class"))?;
+            let rel = releases.get(lib).ok_or_else(|| anyhow!("{KNOWN_FILE}: `{key}`: no releases for {lib}"))?;
+            for item in &f.known[key] {
+                let mut parts = item.splitn(3, ' ');
+                let (Some(runs), Some(files), Some(text)) = (parts.next(), parts.next(), parts.next()) else {
+                    return Err(anyhow!("{KNOWN_FILE}: `{key}`: item `{item}` is not `RELEASES FILES TEXT`"));
+                };
+                let set = parse_ranges(runs, rel, key).map_err(|e| anyhow!("{e} (in {KNOWN_FILE})"))?;
+                k.msgs.push(KnownMsg {
+                    lib: lib.to_string(),
+                    class,
+                    family: family.to_string(),
+                    releases: span_text(&set, rel),
+                    files: files.split(',').map(str::to_string).collect(),
+                    text: text.to_string(),
+                });
+            }
+        }
+        // Each printed line of each message, and how many lines use each word.
+        let mut freq: HashMap<String, usize> = HashMap::new();
+        let mut lines = Vec::new();
+        for (mi, m) in k.msgs.iter().enumerate() {
+            for (l, min) in printed_lines(&m.text) {
+                let pieces: Vec<String> =
+                    l.split("{}").map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
+                let literal = pieces.iter().map(String::len).sum::<usize>();
+                if literal < min || pieces.iter().all(|p| words(p).next().is_none()) {
+                    continue;
+                }
+                let mut seen: Vec<&str> = Vec::new();
+                for p in &pieces {
+                    for w in words(p) {
+                        if !seen.contains(&w) {
+                            seen.push(w);
+                        }
+                    }
+                }
+                for w in seen {
+                    *freq.entry(w.to_string()).or_default() += 1;
+                }
+                lines.push((mi, pieces, literal));
+            }
+        }
+        let mut by_word: HashMap<String, Vec<usize>> = HashMap::new();
+        for (mi, pieces, literal) in lines {
+            let anchor = pieces
+                .iter()
+                .flat_map(|p| words(p))
+                .min_by_key(|w| (freq.get(*w).copied().unwrap_or(0), std::cmp::Reverse(w.len())))
+                .map(str::to_string);
+            let Some(anchor) = anchor else { continue };
+            by_word.entry(anchor).or_default().push(k.lines.len());
+            k.lines.push(KnownLine { msg: mi, pieces, literal });
+        }
+        k.by_word = by_word;
+        Ok(k)
+    }
+
+    pub fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    pub fn get(&self, id: u32) -> Option<&KnownMsg> {
+        self.msgs.get(id as usize)
+    }
+
+    /// The catalogued message a log line (prefixes stripped) prints, if any: the candidates whose
+    /// every literal piece the line holds; of several, the one whose file the line names, then the
+    /// one with the most literal text, then the most serious class.
+    pub fn lookup(&self, line: &str) -> Option<u32> {
+        let mut cands: Vec<usize> = Vec::new();
+        for w in words(line) {
+            if let Some(ls) = self.by_word.get(w) {
+                for &l in ls {
+                    if !cands.contains(&l) && self.lines[l].pieces.iter().all(|p| line.contains(p.as_str())) {
+                        cands.push(l);
+                    }
+                }
+            }
+        }
+        let names_file =
+            |l: &KnownLine| self.msgs[l.msg].files.iter().any(|f| line.contains(f.rsplit('/').next().unwrap_or(f)));
+        cands
+            .into_iter()
+            .map(|l| &self.lines[l])
+            .min_by_key(|l| (!names_file(l), std::cmp::Reverse(l.literal), self.msgs[l.msg].class, l.msg))
+            .map(|l| l.msg as u32)
+    }
+}
+
+/// A release set as `a-b` runs, comma-separated.
+fn span_text(set: &BTreeSet<usize>, releases: &[Version]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &i in set {
+        match runs.last_mut() {
+            Some(r) if r.1 + 1 == i => r.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    runs.iter()
+        .map(|&(a, b)| if a == b { releases[a].to_string() } else { format!("{}-{}", releases[a], releases[b]) })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -500,5 +812,60 @@ torch_releases = ["2.6.0", "2.7.1", "2.8.0"]
         let a = s.lookup("proxy.cc", 1894, "[Service thread] Accept failed Success").unwrap();
         assert_eq!(s.infer([a]), Some((Version(2, 32, 3), Version(2, 32, 3))));
         assert!(s.torch_pin(Version(2, 14, 1)).is_some());
+    }
+
+    const KNOWN: &str = r#"
+[releases]
+torch = ["2.0.1", "2.1.2", "2.15.0"]
+deepspeed = ["0.9.5", "0.19.8"]
+[known]
+"torch performance-hint ddp" = ["2.0.1..2.15.0 torch/csrc/distributed/c10d/reducer.cpp find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters in the forward pass. This flag results in an extra traversal of the autograd graph every iteration,  which can adversely affect performance."]
+"torch deprecation elastic" = ["2.0.1,2.15.0 torch/distributed/launch.py The module torch.distributed.launch is deprecated\nand will be removed in future. Use torchrun.\nNote that --use-env is set by default in torchrun."]
+"deepspeed config-notice launch" = ["0.9.5..0.19.8 deepspeed/launcher/runner.py Unable to find hostfile, will proceed with training with local resources only."]
+"torch error c10d" = ["2.15.0 torch/distributed/distributed_c10d.py Bad rank {} of {}"]
+"#;
+
+    #[test]
+    fn known_messages_are_found_by_their_words_in_any_line_of_them() {
+        let k = Known::parse(KNOWN).unwrap();
+        let hint =
+            "[W reducer.cpp:1300] Warning: find_unused_parameters=True was specified in DDP constructor, but did \
+                    not find any unused parameters in the forward pass. This flag results in an extra traversal of \
+                    the autograd graph every iteration,  which can adversely affect performance. (function operator())";
+        let m = k.get(k.lookup(hint).unwrap()).unwrap();
+        assert_eq!((m.lib.as_str(), m.class, m.family.as_str()), ("torch", KnownClass::PerformanceHint, "ddp"));
+        assert_eq!(m.releases, "2.0.1-2.15.0");
+        // The second printed line of a multi-line message finds it too.
+        let d = k.lookup("and will be removed in future. Use torchrun.").map(|i| k.get(i).unwrap().class);
+        assert_eq!(d, Some(KnownClass::Deprecation));
+        assert_eq!(
+            k.get(k.lookup("and will be removed in future. Use torchrun.").unwrap()).unwrap().releases,
+            "2.0.1, 2.15.0"
+        );
+        let ds = "[2024-05-01 10:00:00,000] [WARNING] [runner.py:202:fetch_hostfile] Unable to find hostfile, will \
+                  proceed with training with local resources only.";
+        assert_eq!(k.get(k.lookup(ds).unwrap()).unwrap().lib, "deepspeed");
+        // A paste that broke the line after a sentence: the first sentence alone finds the message.
+        let wrapped = "[W reducer.cpp:1300] Warning: find_unused_parameters=True was specified in DDP constructor, \
+                       but did not find any unused parameters in the forward pass. ";
+        assert_eq!(k.get(k.lookup(wrapped).unwrap()).unwrap().family, "ddp");
+        // A message under 12 literal characters per line is not told apart; a near miss is nothing.
+        assert_eq!(k.lookup("RuntimeError: Bad rank 3 of 2"), None);
+        assert_eq!(k.lookup("Unable to find hostfile, will proceed with training"), None);
+        assert_eq!(k.lookup("an unrelated line with performance in it"), None);
+    }
+
+    #[test]
+    fn known_table_errors_name_the_file() {
+        let e = Known::parse(&KNOWN.replace("torch error c10d", "torch oops c10d")).unwrap_err().to_string();
+        assert!(e.contains(KNOWN_FILE) && e.contains("unknown class"), "{e}");
+        let e = Known::parse(&KNOWN.replace("2.0.1..2.15.0 torch", "2.0.1..2.9.9 torch")).unwrap_err().to_string();
+        assert!(e.contains(KNOWN_FILE), "{e}");
+    }
+
+    #[test]
+    fn builtin_known_table_loads() {
+        let k = Known::builtin().unwrap();
+        assert!(k.len() > 1000, "{}", k.len());
     }
 }

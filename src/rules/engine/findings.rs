@@ -7,6 +7,7 @@ use super::ranks::Ranks;
 use super::state::{Hit, State, Who};
 use super::{Engine, Options};
 use crate::model::{Finding, Severity};
+use crate::rules::catalog::{KnownClass, KnownMsg};
 
 impl Engine {
     /// Whether a rule that fired excludes rule `r`.
@@ -131,6 +132,7 @@ impl Engine {
             if let Some(n) = a.hits.iter().find_map(|h| h.leveled).and_then(|id| self.sites_db.level_note(id)) {
                 finding.add_context(n);
             }
+            known_finding(&mut finding, &a.hits);
             out.push(Cand {
                 finding,
                 first,
@@ -151,6 +153,30 @@ impl Engine {
         });
         out
     }
+}
+
+/// A finding of a catalogued message's class (rules/known-sites.toml): its title names the libraries
+/// of the messages seen, its context what the catalogue says of them.
+fn known_finding(finding: &mut Finding, hits: &[Hit]) {
+    let Some(k) = crate::rules::catalog::Known::builtin().ok() else { return };
+    let mut ids: Vec<u32> = hits.iter().filter_map(|h| h.known).collect();
+    ids.dedup();
+    let msgs: Vec<&KnownMsg> = ids.iter().filter_map(|&i| k.get(i)).collect();
+    let Some(first) = msgs.first() else { return };
+    let mut libs: Vec<&str> = Vec::new();
+    for m in &msgs {
+        if !libs.contains(&m.lib_name()) {
+            libs.push(m.lib_name());
+        }
+    }
+    let tail = match first.class {
+        KnownClass::Error => ", with no rule of its own",
+        KnownClass::Teardown => ", harmless on a run that completed",
+        _ => ", not a failure",
+    };
+    let plural = if ids.iter().collect::<BTreeSet<_>>().len() > 1 { "s" } else { "" };
+    finding.title = format!("A known {} {}{plural}{tail}", libs.join(" and "), first.class.words());
+    finding.add_context(first.where_text());
 }
 
 /// A finding while it is arbitrated.

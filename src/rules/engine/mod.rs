@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use anyhow::Result;
 use regex::{Regex, RegexSet};
 
-use super::catalog::Sites;
+use super::catalog::{KnownClass, Sites};
 use super::schema::{self, Marker, OutcomeMarker, Rule};
 use super::version::Version;
 use crate::log::{self, Input};
@@ -97,6 +97,8 @@ pub struct Engine {
     outcome_markers: Vec<OutcomeMarker>,
     /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml).
     sites_db: &'static Sites,
+    /// The rule each class of catalogued message gets when no rule reads its line (rules/known-sites.toml).
+    known_rules: Vec<(KnownClass, usize)>,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
     /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
     /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
@@ -162,6 +164,10 @@ impl Engine {
             .all(|p| log::prefilter::ascii_safe(p))
             .then(|| regex::bytes::RegexSet::new(pats.iter().map(|p| format!("(?-u){p}"))).ok())
             .flatten();
+        let known_rules = KnownClass::ALL
+            .into_iter()
+            .filter_map(|c| rules.iter().position(|r| r.def.id == c.rule_id()).map(|i| (c, i)))
+            .collect();
         let unicode_set = OnceLock::new();
         if ascii_set.is_none() {
             let set = scan::unicode_set(&pats).map_err(|e| {
@@ -185,6 +191,7 @@ impl Engine {
             markers,
             outcome_markers,
             sites_db,
+            known_rules,
             ascii_set,
             unicode_set,
             singles: pats.iter().map(|_| OnceLock::new()).collect(),

@@ -264,8 +264,11 @@ impl Engine {
         let level = if warn_text.is_some() { Level::Warn } else { log::level_of(line) };
         // Fail safe: an unlevelled line that reads like a failure, or a record cut before its
         // exception, is listed if no rule explains it.
-        let error_like =
-            l.flags.incomplete || (level == Level::None && !l.flags.continuation && log::looks_like_error(line));
+        let error_like = l.flags.incomplete
+            || (level == Level::None
+                && !l.flags.continuation
+                && log::looks_like_error(line)
+                && !metric_or_progress(line));
         if matches.is_empty() && level < Level::Attn && !error_like && !l.flags.uncaught {
             return;
         }
@@ -311,12 +314,18 @@ impl Engine {
             launcher: rec.kind == log::Kind::Launcher,
             detail: l.detail.map(clip),
             leveled: leveled.map(|(id, _)| id),
+            known: None,
         };
         if let Some(o) = outcome {
             st.add_outcome(o, &hit);
         }
         if cands.is_empty() {
             if hit.warn && outcome != Some(Outcome::Succeeded) {
+                // A message the catalogue knows: the finding of its class, not an unknown line.
+                if let Some((id, r)) = self.known_site(line) {
+                    st.groups.entry(vec![r]).or_default().add(Hit { known: Some(id), ..hit });
+                    return;
+                }
                 if log::is_unrelated_warning(line) {
                     st.add_unrelated(hit);
                 } else {
@@ -417,6 +426,17 @@ impl Engine {
         leveled
     }
 
+    /// The catalogued message a warning line that no rule reads prints, and the rule of its class.
+    pub(crate) fn known_site(&self, line: &str) -> Option<(u32, usize)> {
+        if self.known_rules.is_empty() {
+            return None;
+        }
+        let k = crate::rules::catalog::Known::builtin().ok()?;
+        let id = k.lookup(line)?;
+        let class = k.get(id)?.class;
+        self.known_rules.iter().find(|(c, _)| *c == class).map(|&(_, r)| (id, r))
+    }
+
     /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
     /// on a line that passes the prefilter costs less than the whole set.
     pub(crate) fn matches_among(&self, line: &str, cands: &[usize]) -> Vec<usize> {
@@ -497,4 +517,29 @@ pub(crate) fn clip(line: &str) -> String {
 /// limit (10 MB), which only bounds what compiling may take.
 pub(crate) fn unicode_set(pats: &[String]) -> Result<RegexSet, regex::Error> {
     regex::RegexSetBuilder::new(pats).size_limit(1 << 28).build()
+}
+
+/// An unlevelled metric or progress line (`val error 0.41`, `epoch 3 loss=0.2 error=0.1`, a tqdm
+/// bar): its failure words are metric names followed by their values, not failures. A crash
+/// printed onto the same line (tqdm ends its lines with a carriage return) keeps it a failure: once
+/// the metric values are cut out, what is left must not read like one.
+pub(crate) fn metric_or_progress(line: &str) -> bool {
+    use std::sync::OnceLock;
+    static RES: OnceLock<[Regex; 4]> = OnceLock::new();
+    let [context, bar, value, exception] = RES.get_or_init(|| {
+        [
+            Regex::new(
+                r"(?i)(?:^|[^a-z])(?:loss|acc|accuracy|epoch|step|iter|iteration|lr|grad_norm|val|valid|validation|train|training|eval|ppl|perplexity|top[15]|mae|mse|rmse|wer|cer|bleu|f1|auc|throughput)(?:[^a-z]|$)",
+            )
+            .unwrap(),
+            Regex::new(r"\d{1,3}%\||\|\s*\d+/\d+\s*\[").unwrap(),
+            Regex::new(r"(?i)\b(?:errors?|err)\s*[:=]?\s*[-+]?(?:\d|\.\d|nan\b|inf\b)[\w.+-]*")
+                .unwrap(),
+            Regex::new(r"\b[A-Z]\w*(?:Error|Exception)\b|Traceback").unwrap(),
+        ]
+    });
+    if !(context.is_match(line) || bar.is_match(line)) || exception.is_match(line) || !value.is_match(line) {
+        return false;
+    }
+    !log::looks_like_error(&value.replace_all(line, " "))
 }

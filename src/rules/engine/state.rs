@@ -34,6 +34,8 @@ pub(crate) struct Hit {
     pub(crate) detail: Option<String>,
     /// The catalogue entry of a message whose level differs by release (its level here).
     pub(crate) leveled: Option<u32>,
+    /// The catalogued message (rules/catalog/known.toml) of a line no rule reads.
+    pub(crate) known: Option<u32>,
 }
 
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::Verdict;
 
 /// The engine with its prefilter on from the first byte (small inputs would skip it).
 fn engine() -> Engine {
@@ -231,4 +232,54 @@ fn equivalence_on_given_logs() {
         std::env::var("EPDOCTOR_EQUIV").expect("EPDOCTOR_EQUIV").split(':').map(Into::into).collect();
     let inputs = log::expand(&paths).unwrap().inputs;
     same(&engine(), &inputs, &Options { evidence: 5, ..Default::default() });
+}
+
+#[test]
+fn catalogued_messages_without_a_rule_get_their_class_and_errors_stay_failures() {
+    let e = engine();
+    let verdict_of = |log: &str| {
+        let a = e.analyze(&[mem("k.log", log.into())], &Options::default()).unwrap();
+        let rules: Vec<String> = a.findings.iter().map(|f| f.rule.clone()).collect();
+        (a.verdict, rules, a.unexplained.len())
+    };
+    // accelerate's FutureWarning (its path is no torch.distributed one): a deprecation, benign.
+    let dep = "/venv/lib/python3.10/site-packages/accelerate/accelerator.py:432: FutureWarning: Passing the \
+               following arguments to `Accelerator` is deprecated and will be removed in version 1.0 of \
+               Accelerate: dict_keys(['split_batches']). Please pass an `accelerate.DataLoaderConfiguration` instead:\n";
+    assert_eq!(verdict_of(dep), (Verdict::Benign, vec!["known-deprecation".to_string()], 0));
+    // An error-level message stays a failure: actionable, never benign or unknown.
+    let err = "[2024-03-20 20:31:29,269] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 't.py', \
+               '--local_rank=4'] exits with return code = 1\n";
+    assert_eq!(verdict_of(err), (Verdict::Actionable, vec!["known-error".to_string()], 0));
+    // A line the catalogue does not know stays unexplained.
+    let other = "[2024-03-20 20:31:29,269] [ERROR] [launch.py:321:sigkill_handler] something else broke\n";
+    assert_eq!(verdict_of(other).0, Verdict::Unknown);
+    // A rule of its own wins over the class finding (the launcher's SIGTERM of the workers).
+    let ruled = "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4242 closing signal SIGTERM\n";
+    assert!(!verdict_of(ruled).1.iter().any(|r| r.starts_with("known-")), "{:?}", verdict_of(ruled));
+}
+
+#[test]
+fn metric_and_progress_lines_and_unrelated_import_warnings_are_no_failures() {
+    let e = engine();
+    let log = "epoch 1 val error 0.41 val loss 1.03\n\
+               Epoch 1:  45%|####5     | 450/1000 [00:10<00:12, 44.1it/s, loss=0.31, error=0.12]\n\
+               step 100 | loss=2.31 | grad_norm=0.88 | lr=3e-4 | train_error: 0.2 | errors 0\n\
+               /venv/lib/python3.10/site-packages/timm/models/layers/__init__.py:48: FutureWarning: Importing from \
+               timm.models.layers is deprecated, please import via timm.layers\n";
+    let a = e.analyze(&[mem("m.log", log.into())], &Options::default()).unwrap();
+    assert_eq!(a.verdict, Verdict::Clean, "{:?}", a.unexplained);
+    assert_eq!(a.unrelated.count, 1);
+    // A crash printed onto a bar's line, and an error word that is no metric, stay failures.
+    for bad in [
+        "Epoch 1:  45%|####5     | 450/1000 [00:10<00:12]RuntimeError: CUDA error: an illegal memory access\n",
+        "epoch 3 val loss 0.2: error while saving the checkpoint\n",
+    ] {
+        let a = e.analyze(&[mem("b.log", bad.into())], &Options::default()).unwrap();
+        assert_ne!(a.verdict, Verdict::Clean, "{bad}");
+        assert_ne!(a.verdict, Verdict::Benign, "{bad}");
+    }
+    assert!(scan::metric_or_progress("val error 0.41"));
+    assert!(!scan::metric_or_progress("3 failed, 10 passed"));
+    assert!(!scan::metric_or_progress("NCCL error 2: unhandled system error"));
 }

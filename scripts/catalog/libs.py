@@ -1,0 +1,146 @@
+"""accelerate, DeepSpeed and Lightning: the warnings and log lines their distributed launch and
+training code prints, read from each release's package on PyPI (pure Python: accelerate and
+Lightning as wheels, DeepSpeed as its source distribution, the only form it publishes).
+
+Each library names the releases read (the last of each minor from the one that came out beside
+torch 2.0, spring 2023, to the newest), the files kept (the launcher, the process-group and strategy
+code, the config plugins; not tests, apps, kernels or model code), and the calls that print a
+message beside the ones torch uses (Lightning's rank_zero_*, DeepSpeed's log_dist and its op
+builders' warning()). Raised exceptions are left out: they reach the log as Python exceptions, which
+the engine reads as such.
+"""
+
+import io
+import os
+import re
+import tarfile
+import zipfile
+
+LIBS = {
+    "accelerate": {
+        "pypi": "accelerate",
+        "form": "wheel",
+        "versions": ["0.18.0", "0.19.0", "0.20.3", "0.21.0", "0.22.0", "0.23.0", "0.24.1", "0.25.0", "0.26.1",
+                     "0.27.2", "0.28.0", "0.29.3", "0.30.1", "0.31.0", "0.32.1", "0.33.0", "0.34.2", "1.0.1",
+                     "1.1.1", "1.2.1", "1.3.0", "1.4.0", "1.5.2", "1.6.0", "1.7.0", "1.8.1", "1.9.0", "1.10.1",
+                     "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0"],
+        "keep": re.compile(r"accelerate/(?!test_utils/|commands/menu/).*\.py$"),
+    },
+    "deepspeed": {
+        "pypi": "deepspeed",
+        "form": "sdist",
+        "versions": ["0.9.5", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.5", "0.15.4", "0.16.9", "0.17.6",
+                     "0.18.9", "0.19.8"],
+        # The launcher, comm, the runtime (engine, ZeRO, pipeline, config), accelerators, elasticity,
+        # utils, and the op builders whose import-time warnings (`async_io requires the dev libaio`)
+        # head most DeepSpeed logs.
+        "keep": re.compile(r"(?:deepspeed/(?:launcher|comm|runtime|utils|accelerator|elasticity)/.*|deepspeed/[^/]+|"
+                           r"op_builder/[^/]+)\.py$"),
+    },
+    "lightning": {
+        "pypi": "lightning",
+        "form": "wheel",
+        "versions": ["2.0.9", "2.1.4", "2.2.5", "2.3.3", "2.4.0", "2.5.6", "2.6.6"],
+        # lightning.fabric and lightning.pytorch (the same files as the pytorch_lightning and
+        # lightning_fabric packages); not lightning.app, lightning.data, lightning.store.
+        "keep": re.compile(r"lightning/(?:fabric|pytorch)/.*\.py$"),
+    },
+}
+
+
+def calls(lib, base):
+    """The call table of `lib`: torch's (`base`) without raise, and the library's own printers."""
+    own = {
+        "lightning": [
+            (re.compile(r"(?<![\w.])rank_zero_warn\("), "rank_zero_warn", 0),
+            (re.compile(r"(?<![\w.])rank_zero_info\("), "rank_zero_info", 0),
+            (re.compile(r"(?<![\w.])rank_zero_deprecation\("), "rank_zero_deprecation", 0),
+        ],
+        "deepspeed": [
+            (re.compile(r"(?<![\w.])log_dist\("), "log_dist", 0),
+            # op_builder's Builder.warning(msg) prints ` [WARNING]  msg`.
+            (re.compile(r"(?<![\w])self\.warning\("), "warning", 0),
+        ],
+    }.get(lib, [])
+    return [c for c in base if c[1] != "raise"] + own
+
+
+def family(lib, path):
+    """Which part of the library a file is (coverage counts by it)."""
+    table = {
+        "accelerate": [(r"commands/|launchers\.py|utils/launch\.py|utils/environment\.py", "launch"),
+                       (r"state\.py|accelerator\.py|data_loader\.py", "state"),
+                       (r"utils/(?:dataclasses|deepspeed|fsdp_utils|megatron_lm|constants)\.py", "plugins")],
+        "deepspeed": [(r"deepspeed/launcher/", "launch"), (r"deepspeed/comm/", "comm"),
+                      (r"deepspeed/runtime/zero/", "zero"), (r"deepspeed/runtime/", "runtime"),
+                      (r"deepspeed/accelerator/", "accelerator"), (r"op_builder/", "ops"),
+                      (r"deepspeed/elasticity/", "elastic")],
+        "lightning": [(r"/strategies/", "strategy"), (r"/accelerators/|accelerator_connector", "accelerator"),
+                      (r"/plugins/", "plugins"), (r"/trainer/|/loops/", "trainer"), (r"/callbacks/", "callbacks"),
+                      (r"/loggers/", "loggers")],
+    }[lib]
+    for pat, fam in table:
+        if re.search(pat, path):
+            return fam
+    return "other"
+
+
+def pick(index, version, form):
+    """The release's wheel (py3-none-any) or source distribution in the simple index."""
+    for f in index["files"]:
+        name = f["filename"]
+        if f.get("yanked") or not re.match(r"[A-Za-z_.-]+?-" + re.escape(version) + r"(?:-|\.tar\.gz$)", name):
+            continue
+        if form == "wheel" and name.endswith(".whl") or form == "sdist" and name.endswith(".tar.gz"):
+            return f
+    return None
+
+
+def members(blob, name):
+    """(path, bytes) of the .py files of a wheel or source distribution (the sdist's top folder cut)."""
+    if name.endswith(".whl"):
+        with zipfile.ZipFile(io.BytesIO(blob)) as z:
+            for n in z.namelist():
+                if n.endswith(".py"):
+                    yield n, z.read(n)
+        return
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as t:
+        for m in t.getmembers():
+            if m.isfile() and m.name.endswith(".py"):
+                yield m.name.split("/", 1)[1] if "/" in m.name else m.name, t.extractfile(m).read()
+
+
+def fetch(cache, simple_index, http_get):
+    """Each release's kept files under CACHE/libs/LIB/VERSION/py/, its file name in `source`."""
+    for lib, spec in LIBS.items():
+        index = None
+        for v in spec["versions"]:
+            d = os.path.join(cache, "libs", lib, v)
+            if os.path.exists(os.path.join(d, "done")):
+                continue
+            index = index or simple_index(spec["pypi"])
+            f = pick(index, v, spec["form"])
+            if f is None:
+                raise SystemExit(f"{spec['pypi']} {v}: no {spec['form']} on the index")
+            blob = http_get(f["url"])
+            for path, body in members(blob, f["filename"]):
+                if not spec["keep"].match(path):
+                    continue
+                p = os.path.join(d, "py", path)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as out:
+                    out.write(body)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "source"), "w") as out:
+                out.write(f["filename"] + "\n")
+            open(os.path.join(d, "done"), "w").close()
+
+
+def releases(cache, lib):
+    """The releases of `lib` in the cache, in order, with the file each was read from."""
+    out = []
+    for v in LIBS[lib]["versions"]:
+        d = os.path.join(cache, "libs", lib, v)
+        if os.path.exists(os.path.join(d, "done")):
+            out.append((v, open(os.path.join(d, "source")).read().strip()))
+    return out
