@@ -351,7 +351,7 @@ pub enum NcclCommand {
     /// Print the cached libnccl.so.2 of a release (fetched first unless --offline), e.g. for LD_PRELOAD.
     Path {
         #[arg(value_name = "VERSION")]
-        version: String,
+        release: String,
         #[command(flatten)]
         opts: NcclOpts,
     },

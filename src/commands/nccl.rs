@@ -9,7 +9,7 @@ pub fn run(cmd: NcclCommand) -> Result<u8> {
     match cmd {
         NcclCommand::List { available, opts } => list(available, &opts),
         NcclCommand::Fetch { versions, opts } => fetch(&versions, &opts),
-        NcclCommand::Path { version, opts } => path(&version, &opts),
+        NcclCommand::Path { release, opts } => path(&release, &opts),
         NcclCommand::Clean { versions } => clean(&versions),
     }
 }
