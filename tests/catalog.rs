@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use epdoctor::rules::schema::{self, Rule};
 use epdoctor::model::version::{Range, Version};
+use epdoctor::rules::schema::{self, Rule};
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde::Deserialize;
 

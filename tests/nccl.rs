@@ -50,7 +50,10 @@ fn wheel(version: &str, record_lie: bool) -> Vec<u8> {
     let lib = fake_lib(version);
     let di = format!("nvidia_nccl_cu12-{version}.dist-info");
     let meta = format!("Metadata-Version: 2.1\nName: {PKG}\nVersion: {version}\nSummary: test wheel\n\nbody\n");
-    let whl = format!("Wheel-Version: 1.0\nGenerator: tests/nccl.rs\nRoot-Is-Purelib: true\nTag: py3-none-manylinux2014_{}\n", std::env::consts::ARCH);
+    let whl = format!(
+        "Wheel-Version: 1.0\nGenerator: tests/nccl.rs\nRoot-Is-Purelib: true\nTag: py3-none-manylinux2014_{}\n",
+        std::env::consts::ARCH
+    );
     let lib_hash = if record_lie { b64url(&Sha256::digest(b"other")) } else { b64url(&Sha256::digest(&lib)) };
     let mut record = format!("nvidia/nccl/lib/libnccl.so.2,sha256={lib_hash},{}\n", lib.len());
     for (n, b) in [("METADATA", &meta), ("WHEEL", &whl)] {
@@ -192,7 +195,11 @@ fn handle(mut c: TcpStream, s: &Serve, log: &Mutex<Vec<String>>) {
     } else {
         ("404 Not Found", "text/plain", b"not found\n".to_vec())
     };
-    let _ = write!(c, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let _ = write!(
+        c,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     let _ = c.write_all(&body);
 }
 
@@ -258,7 +265,8 @@ fn fetch_checks_the_sha256_keeps_the_library_and_reuses_it() {
         let lib = e.cache().join("2.22.3-cu12").join("libnccl.so.2");
         assert_eq!(text(&o.stdout), format!("2.22.3-cu12 {} (fetched)\n", lib.display()));
         assert_eq!(std::fs::read(&lib).unwrap(), fake_lib("2.22.3"));
-        let meta: Value = serde_json::from_str(&std::fs::read_to_string(e.cache().join("2.22.3-cu12/entry.json")).unwrap()).unwrap();
+        let meta: Value =
+            serde_json::from_str(&std::fs::read_to_string(e.cache().join("2.22.3-cu12/entry.json")).unwrap()).unwrap();
         assert_eq!(meta["wheel_sha256"], hex(&Sha256::digest(wheel("2.22.3", false))));
         assert_eq!(meta["lib_sha256"], hex(&Sha256::digest(fake_lib("2.22.3"))));
         assert_eq!((meta["nccl_version"].as_str(), meta["nccl_cuda"].as_str()), (Some("2.22.3"), Some("12.6")));
@@ -349,7 +357,8 @@ fn no_network_and_offline_are_exit_2_with_what_to_run_by_hand() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--offline: NCCL 2.22.3 for CUDA 12 is not in the cache"), "{err}");
     assert!(err.contains("run `epdoctor nccl fetch 2.22.3 --cuda 12`"), "{err}");
-    let o = out(e.cmd(&idx.url()).args(["repro", "--nccl", "2.22.3", "--cuda", "12", "--offline", "--teardown", "abort"]));
+    let o =
+        out(e.cmd(&idx.url()).args(["repro", "--nccl", "2.22.3", "--cuda", "12", "--offline", "--teardown", "abort"]));
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("is not in the cache"), "{}", text(&o.stderr));
     assert!(idx.requests().is_empty(), "--offline asked the index: {:?}", idx.requests());
@@ -386,11 +395,14 @@ fn pip_downloads_where_it_exists() {
     }
     let idx = Index::start(&["2.22.3"], Page::Html);
     let e = Env::new();
-    let o = out(e.cmd(&idx.url()).env("EPDOCTOR_PIP", "python3 -m pip").env("PIP_NO_INPUT", "1").args([
-        "nccl", "fetch", "2.22.3", "--cuda", "12",
-    ]));
+    let o = out(e
+        .cmd(&idx.url())
+        .env("EPDOCTOR_PIP", "python3 -m pip")
+        .env("PIP_NO_INPUT", "1")
+        .args(["nccl", "fetch", "2.22.3", "--cuda", "12"]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(e.cache().join("2.22.3-cu12/entry.json")).unwrap()).unwrap();
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(e.cache().join("2.22.3-cu12/entry.json")).unwrap()).unwrap();
     assert_eq!(meta["via"], "pip");
     assert_eq!(meta["wheel_sha256"], hex(&Sha256::digest(wheel("2.22.3", false))));
     assert!(idx.downloads().len() == 1, "{:?}", idx.requests());
@@ -420,16 +432,28 @@ fn repro_with_releases_and_system_as_the_nccl_axis_on_stand_in_ranks() {
     let v = cells(&run);
     let cs = v["cells"].as_array().unwrap();
     assert_eq!(cs.len(), 6);
-    let ran: Vec<(&str, bool)> =
-        cs.iter().map(|c| (c["nccl_version"].as_str().unwrap(), rules(c).contains(&"nccl-abort-pair".to_string()))).collect();
+    let ran: Vec<(&str, bool)> = cs
+        .iter()
+        .map(|c| (c["nccl_version"].as_str().unwrap(), rules(c).contains(&"nccl-abort-pair".to_string())))
+        .collect();
     assert_eq!(
         ran,
-        [("2.22.3", false), ("2.22.3", true), ("2.23.4", false), ("2.23.4", false), ("2.28.3", false), ("2.28.3", false)]
+        [
+            ("2.22.3", false),
+            ("2.22.3", true),
+            ("2.23.4", false),
+            ("2.23.4", false),
+            ("2.28.3", false),
+            ("2.28.3", false)
+        ]
     );
     // The cells are named by release, not lib1/lib2.
     assert!(cs[1]["id"].as_str().unwrap().starts_with("002-2.22.3-abort"), "{}", cs[1]["id"]);
     let stdout = text(&o.stdout);
-    assert!(stdout.contains("nccl-abort-pair: in 1 of 6 settings, exactly when nccl-lib=2.22.3 and teardown=abort"), "{stdout}");
+    assert!(
+        stdout.contains("nccl-abort-pair: in 1 of 6 settings, exactly when nccl-lib=2.22.3 and teardown=abort"),
+        "{stdout}"
+    );
     // Not a plain run: no hint.
     assert!(!stdout.contains("no longer prints"), "{stdout}");
 }
@@ -505,7 +529,10 @@ fn bisect_usage_errors_are_found_before_anything_runs() {
     let e = Env::new();
     for (args, want) in [
         (vec!["--bisect-nccl", "2.23.4..2.22.3", "--finding", "nccl-abort-pair"], "FROM must be older than TO"),
-        (vec!["--bisect-nccl", "2.22.3..2.23.4", "--finding", "no-such-rule"], "--finding no-such-rule: no rule has that id"),
+        (
+            vec!["--bisect-nccl", "2.22.3..2.23.4", "--finding", "no-such-rule"],
+            "--finding no-such-rule: no rule has that id",
+        ),
         (vec!["--bisect-nccl", "2.24.0..2.26.0", "--finding", "hang"], "0 release(s) on the index in that range"),
         (vec!["--nccl", "latest"], "\"latest\": not a release"),
         (vec!["--nccl", "2.22.3,2.22.3"], "--nccl 2.22.3 given twice"),
@@ -540,15 +567,17 @@ fn a_torch_needing_newer_nccl_symbols_is_refused_up_front() {
     let cc = |src: &str, out: &Path, extra: &[&str]| {
         let c = d.join("x.c");
         std::fs::write(&c, src).unwrap();
-        let o = std::process::Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(out).arg(&c).args(extra).output().unwrap();
+        let o = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(out)
+            .arg(&c)
+            .args(extra)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", text(&o.stderr));
     };
     let nccl = d.join("libnccl.so.2");
-    cc(
-        "const char *v = \"NCCL version 2.22.3+cuda12.6\"; int ncclCommInitRank(void) { return 0; }\n",
-        &nccl,
-        &[],
-    );
+    cc("const char *v = \"NCCL version 2.22.3+cuda12.6\"; int ncclCommInitRank(void) { return 0; }\n", &nccl, &[]);
     let torch = d.join("site").join("torch");
     std::fs::create_dir_all(torch.join("lib")).unwrap();
     std::fs::write(torch.join("__init__.py"), "raise SystemExit('not to be imported')\n").unwrap();

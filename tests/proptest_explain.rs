@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 
 use epdoctor::commands::explain::analyze_bytes;
-use epdoctor::model::Analysis;
 use epdoctor::model::version::Version;
+use epdoctor::model::Analysis;
 use epdoctor::rules::{schema, Engine, Options};
 use proptest::prelude::*;
 

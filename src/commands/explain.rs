@@ -7,9 +7,9 @@ use anyhow::Result;
 
 use crate::cli::ExplainArgs;
 use crate::error::Typed;
-use crate::pipeline;
 use crate::model::Analysis;
 use crate::output::{self as report, RenderOpts};
+use crate::pipeline;
 use crate::rules::{self, Options};
 
 /// Explain logs at `paths` (files, folders of per-rank logs, `-`) with the built-in and user rules.

@@ -44,7 +44,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

@@ -8,8 +8,8 @@ use anyhow::{anyhow, bail, Result};
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::model::Severity;
 use crate::model::version::Range;
+use crate::model::Severity;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

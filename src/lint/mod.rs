@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::model::{Evidence, Finding, LintReport, SCHEMA_VERSION};
 use crate::model::version::Version;
-
+use crate::model::{Evidence, Finding, LintReport, SCHEMA_VERSION};
 
 /// Files given, and the `.py` files under folders given (hidden folders and caches skipped).
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {

@@ -672,8 +672,7 @@ mod tests {
         std::fs::write(root.join(".git/objects/ab"), "NCCL WARN in git\n").unwrap();
         std::fs::write(root.join(".venv/lib/x.py"), "NCCL WARN in venv\n").unwrap();
         std::fs::write(root.join(".nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
-        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", headings::REPRO_MD))
-            .unwrap();
+        std::fs::write(root.join("run/report.md"), format!("{}\n\nNCCL WARN quoted\n", headings::REPRO_MD)).unwrap();
         std::fs::write(root.join("run/cells/c0/rank0.log"), "vm:1:2 [0] NCCL INFO hi\n").unwrap();
         std::fs::write(root.join("rank1.log"), "").unwrap();
         let x = expand(&[root.to_path_buf()]).unwrap();

@@ -83,7 +83,9 @@ impl Cache {
             Some(x) => x,
             None => match std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
                 Some(h) => h.join(".cache"),
-                None => bail!("neither XDG_CACHE_HOME nor HOME is set to an absolute path: no place for the NCCL cache"),
+                None => {
+                    bail!("neither XDG_CACHE_HOME nor HOME is set to an absolute path: no place for the NCCL cache")
+                }
             },
         };
         Ok(Cache { root: base.join("epdoctor").join("nccl") })
@@ -129,7 +131,9 @@ impl Cache {
                 Err(e) => bad.push(format!("{e:#}")),
             }
         }
-        ok.sort_by_key(|e| parse_entry_name(&e.dir.file_name().unwrap_or_default().to_string_lossy()).map(|(r, m)| (m, r)));
+        ok.sort_by_key(|e| {
+            parse_entry_name(&e.dir.file_name().unwrap_or_default().to_string_lossy()).map(|(r, m)| (m, r))
+        });
         (ok, bad)
     }
 
@@ -167,7 +171,7 @@ impl Cache {
         for d in rd.flatten() {
             let name = d.file_name().to_string_lossy().into_owned();
             let Some(rest) = name.strip_prefix(TMP_PREFIX) else { continue };
-            let pid = rest.rsplitn(3, '-').nth(1).and_then(|p| p.parse::<i32>().ok());
+            let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<i32>().ok());
             let alive = pid.is_some_and(|p| p > 0 && std::path::Path::new(&format!("/proc/{p}")).exists());
             if !alive && std::fs::remove_dir_all(d.path()).is_ok() {
                 gone.push(d.path());
@@ -302,7 +306,10 @@ mod tests {
 
     #[test]
     fn entry_names() {
-        assert_eq!(parse_entry_name("2.25.1.post1-cu12").map(|(r, m)| (r.to_string(), m)), Some(("2.25.1.post1".into(), 12)));
+        assert_eq!(
+            parse_entry_name("2.25.1.post1-cu12").map(|(r, m)| (r.to_string(), m)),
+            Some(("2.25.1.post1".into(), 12))
+        );
         assert_eq!(parse_entry_name("junk"), None);
     }
 }

@@ -67,7 +67,11 @@ pub fn get_page(url: &str, accept: &str) -> Result<Page, HttpError> {
 
 /// Stream `url` into `dest` (created new), hashing as it goes; `progress(done, total)` after
 /// each chunk. Returns the sha256 (hex) and the byte count.
-pub fn download(url: &str, dest: &Path, progress: &mut dyn FnMut(u64, Option<u64>)) -> Result<(String, u64), HttpError> {
+pub fn download(
+    url: &str,
+    dest: &Path,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<(String, u64), HttpError> {
     let r = agent().get(url).call().map_err(classify)?;
     let total = r.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let mut body = r.into_body().into_reader();

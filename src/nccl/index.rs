@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::release::Release;
 
 /// The Accept header of PEP 691: JSON first, the HTML forms as fallbacks.
-pub const ACCEPT: &str = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01";
+pub const ACCEPT: &str =
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01";
 
 pub const DEFAULT_INDEX: &str = "https://pypi.org/simple/";
 
@@ -305,7 +306,10 @@ mod tests {
         assert_eq!(f.len(), 3);
         assert_eq!(f[0].sha256.as_deref(), Some("abcdef"));
         assert!(!f[0].yanked);
-        assert_eq!(f[1].url, "https://mirror.example/root/pypi/+f/1f/nvidia_nccl_cu12-2.23.4-py3-none-manylinux2014_x86_64.whl");
+        assert_eq!(
+            f[1].url,
+            "https://mirror.example/root/pypi/+f/1f/nvidia_nccl_cu12-2.23.4-py3-none-manylinux2014_x86_64.whl"
+        );
         assert!(f[1].yanked);
         assert_eq!(f[2].url, "https://mirror.example/p/nvidia_nccl_cu12-2.24.3-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl?x=1&y=2");
         assert_eq!(f[2].sha256, None);

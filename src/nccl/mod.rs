@@ -71,13 +71,7 @@ impl Fetcher {
     }
 
     pub fn with_cache(cache: Cache, opts: Options) -> Fetcher {
-        Fetcher {
-            cache,
-            opts,
-            index: RefCell::new(None),
-            pip: RefCell::new(None),
-            pages: RefCell::new(HashMap::new()),
-        }
+        Fetcher { cache, opts, index: RefCell::new(None), pip: RefCell::new(None), pages: RefCell::new(HashMap::new()) }
     }
 
     pub fn options(&self) -> &Options {
@@ -206,7 +200,11 @@ impl Fetcher {
             .as_ref()
             .map(|(m, w)| {
                 let n: Vec<String> = index::nearest(w, r).iter().map(|x| x.to_string()).collect();
-                format!("; nearest releases of {}: {}", index::package(*m), if n.is_empty() { "none".into() } else { n.join(", ") })
+                format!(
+                    "; nearest releases of {}: {}",
+                    index::package(*m),
+                    if n.is_empty() { "none".into() } else { n.join(", ") }
+                )
             })
             .unwrap_or_default();
         bail!(
@@ -287,8 +285,7 @@ impl Fetcher {
         let lib = stage.path().join(cache::LIB_FILE);
         let x = wheel::extract(&wheel_path, &lib)?;
         let _ = std::fs::remove_file(&wheel_path);
-        if index::normalize(&x.name) != pkg || Release::parse(&x.version) != Some(r)
-        {
+        if index::normalize(&x.name) != pkg || Release::parse(&x.version) != Some(r) {
             bail!("{}: its METADATA says {} {}, not {pkg} {r}", f.filename, x.name, x.version);
         }
         let (nv, ncuda, _) = crate::env::libs::read_nccl_version(&lib)

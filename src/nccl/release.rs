@@ -127,9 +127,9 @@ pub fn parse_range(s: &str) -> Result<(End, End)> {
         if x.eq_ignore_ascii_case("system") {
             Ok(End::System)
         } else {
-            Release::parse(x).map(End::Release).ok_or_else(|| {
-                anyhow::anyhow!("--bisect-nccl {s:?}: {x:?} is not a release (e.g. 2.22.3) or `system`")
-            })
+            Release::parse(x)
+                .map(End::Release)
+                .ok_or_else(|| anyhow::anyhow!("--bisect-nccl {s:?}: {x:?} is not a release (e.g. 2.22.3) or `system`"))
         }
     };
     let (a, b) = (end(a)?, end(b)?);

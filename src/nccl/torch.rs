@@ -165,7 +165,8 @@ mod tests {
     #[test]
     fn a_torch_folder_is_read_without_importing_it() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("version.py"), "from typing import Optional\n__version__ = '2.8.0+cu128'\n").unwrap();
+        std::fs::write(d.path().join("version.py"), "from typing import Optional\n__version__ = '2.8.0+cu128'\n")
+            .unwrap();
         assert_eq!(at(d.path()), Torch { version: Some("2.8.0+cu128".into()), cuda_lib: None });
         // A CPU build links no NCCL: nothing to check.
         let (p, n) = check(&at(d.path()), &[("2.22.3".into(), d.path().join("x"), None)]);

@@ -24,16 +24,15 @@ pub struct Extracted {
 /// Write the wheel's libnccl.so.2 to `dest` (created new).
 pub fn extract(wheel: &Path, dest: &Path) -> Result<Extracted> {
     let f = File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?;
-    let mut za = zip::ZipArchive::new(f).with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
+    let mut za =
+        zip::ZipArchive::new(f).with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
     let mut lib = None;
     let mut meta = None;
     let mut record = None;
     for i in 0..za.len() {
         let e = za.by_index_raw(i).with_context(|| format!("{}: entry {i}", wheel.display()))?;
         let name = e.name().to_string();
-        let is_dist = |file: &str| {
-            name.split_once('/').is_some_and(|(d, f)| d.ends_with(".dist-info") && f == file)
-        };
+        let is_dist = |file: &str| name.split_once('/').is_some_and(|(d, f)| d.ends_with(".dist-info") && f == file);
         if name == LIB_PATH {
             lib = Some(i);
         } else if is_dist("METADATA") {
@@ -112,7 +111,9 @@ fn stream_member(
         let deflated = match e.compression() {
             zip::CompressionMethod::Stored => false,
             zip::CompressionMethod::DEFLATE => true,
-            other => bail!("{}: {} is compressed with {other:?}, which epdoctor does not unpack", wheel.display(), e.name()),
+            other => {
+                bail!("{}: {} is compressed with {other:?}, which epdoctor does not unpack", wheel.display(), e.name())
+            }
         };
         let start = e.data_start().ok_or_else(|| anyhow!("{}: {} has no data offset", wheel.display(), e.name()))?;
         (e.name().to_string(), start, e.compressed_size(), e.size(), deflated)

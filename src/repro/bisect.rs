@@ -130,8 +130,16 @@ pub enum State {
 pub enum Answer {
     /// `before` (probed, the first release's state) and `after` (probed, the other state) are
     /// neighbours among the releases that could be probed.
-    Change { before: usize, after: usize, seen_before: bool },
-    NoChange { first: usize, last: usize, seen: bool },
+    Change {
+        before: usize,
+        after: usize,
+        seen_before: bool,
+    },
+    NoChange {
+        first: usize,
+        last: usize,
+        seen: bool,
+    },
     Undecided(String),
 }
 
@@ -139,7 +147,9 @@ pub enum Answer {
 pub fn search(n: usize, probe: &mut dyn FnMut(usize) -> Result<Option<State>>) -> Result<Answer> {
     let mut alive: Vec<usize> = (0..n).collect();
     let base = loop {
-        let Some(&i) = alive.first() else { return Ok(Answer::Undecided("no release in the range could be run".into())) };
+        let Some(&i) = alive.first() else {
+            return Ok(Answer::Undecided("no release in the range could be run".into()));
+        };
         match probe(i)? {
             None => return Ok(Answer::Undecided("interrupted".into())),
             Some(State::Inconclusive(_)) => {
@@ -346,9 +356,10 @@ pub fn run(
                 next += 1;
                 let name = super::cell_name(&plan, &cp);
                 bar.set_message(name.clone());
-                let cell = cell::run_cell(&plan, &cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || {
-                    bar.tick()
-                })?;
+                let cell =
+                    cell::run_cell(&plan, &cp, &dir.join("cells").join(&name), &launcher, engine, &stop, &mut || {
+                        bar.tick()
+                    })?;
                 if !args.quiet && bar.is_hidden() {
                     eprintln!(
                         "[probe {} {}] {name}: {}, {:.1} s, {} WARN, {}",
@@ -384,7 +395,6 @@ pub fn run(
         Ok(Some(state))
     };
     let answer = search(labels.len(), &mut probe)?;
-    drop(probe);
     bar.finish_and_clear();
     if super::interrupt::count() > 0 {
         run.status = RunStatus::Interrupted;
@@ -432,8 +442,17 @@ mod tests {
             for change in 1..n {
                 for appears in [false, true] {
                     let (a, probed) = fake(n, change, appears, &[]);
-                    assert_eq!(a, Answer::Change { before: change - 1, after: change, seen_before: !appears }, "n={n} c={change}");
-                    assert!(probed.len() <= max_probes(n), "n={n} change={change}: {} probes > {}", probed.len(), max_probes(n));
+                    assert_eq!(
+                        a,
+                        Answer::Change { before: change - 1, after: change, seen_before: !appears },
+                        "n={n} c={change}"
+                    );
+                    assert!(
+                        probed.len() <= max_probes(n),
+                        "n={n} change={change}: {} probes > {}",
+                        probed.len(),
+                        max_probes(n)
+                    );
                     let mut u = probed.clone();
                     u.sort();
                     u.dedup();
@@ -478,7 +497,10 @@ mod tests {
         let a = Answer::Change { before: 0, after: 1, seen_before: true };
         assert_eq!(answer_text(&a, "nccl-abort-pair", &l), "`nccl-abort-pair` last seen in 2.22.3, gone from 2.23.4");
         let a = Answer::Change { before: 1, after: 2, seen_before: false };
-        assert_eq!(answer_text(&a, "outcome:hang", &l), "`outcome:hang` absent through 2.23.4, first seen in system (2.28.3)");
+        assert_eq!(
+            answer_text(&a, "outcome:hang", &l),
+            "`outcome:hang` absent through 2.23.4, first seen in system (2.28.3)"
+        );
         assert_eq!(finding_item("hang"), "outcome:hang");
         assert_eq!(finding_item("nccl-abort-pair"), "nccl-abort-pair");
     }

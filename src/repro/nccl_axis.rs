@@ -51,10 +51,14 @@ pub fn resolve(args: &Config, problems: &mut Vec<String>) -> Result<Resolved> {
 
     if let Some(range) = &args.bisect_nccl {
         if !args.nccl_lib.is_empty() {
-            problems.push("--bisect-nccl takes its libraries from --nccl (paths, `system`) and the range; not --nccl-lib".into());
+            problems.push(
+                "--bisect-nccl takes its libraries from --nccl (paths, `system`) and the range; not --nccl-lib".into(),
+            );
         }
         let setup = match release::parse_range(range) {
-            Ok((from, to)) => super::bisect::setup(fetcher.expect("made for --bisect-nccl"), from, to, &specs, args, problems)?,
+            Ok((from, to)) => {
+                super::bisect::setup(fetcher.expect("made for --bisect-nccl"), from, to, &specs, args, problems)?
+            }
             Err(e) => {
                 problems.push(format!("{e:#}"));
                 None
@@ -124,7 +128,8 @@ pub fn newer_nccl_hint(run: &Run) -> Option<String> {
     let td = run.axes.iter().position(|a| a.kind == AxisKind::Teardown)?;
     let abort = run.axes[td].values.iter().position(|v| v.value == "abort")?;
     let cells: Vec<_> = run.cells.iter().filter(|c| c.values[td] == abort).collect();
-    let versions: Vec<Version> = cells.iter().filter_map(|c| c.nccl_version.as_deref().and_then(Version::parse)).collect();
+    let versions: Vec<Version> =
+        cells.iter().filter_map(|c| c.nccl_version.as_deref().and_then(Version::parse)).collect();
     if cells.is_empty()
         || versions.len() != cells.len()
         || versions.iter().any(|v| *v < boundary::NCCL_ABORT_PAIR_SILENCED)
@@ -152,14 +157,21 @@ pub fn given_candidate(s: &Spec) -> Result<Candidate, String> {
             let (p, v) = nccl::system_nccl().ok_or_else(|| {
                 "`system`: no libnccl.so.2 found by the loader (add its folder to LD_LIBRARY_PATH)".to_string()
             })?;
-            Ok(Candidate { version: v, label: format!("system ({v})"), value: Some(String::new()), release: None, path: Some(p) })
+            Ok(Candidate {
+                version: v,
+                label: format!("system ({v})"),
+                value: Some(String::new()),
+                release: None,
+                path: Some(p),
+            })
         }
         Spec::Path(p) => {
             let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
             if !abs.is_file() {
                 return Err(format!("--nccl {}: not a file", p.display()));
             }
-            let v = lib_version(&abs).ok_or_else(|| format!("--nccl {}: the library reports no NCCL version", p.display()))?;
+            let v = lib_version(&abs)
+                .ok_or_else(|| format!("--nccl {}: the library reports no NCCL version", p.display()))?;
             Ok(Candidate {
                 version: v,
                 label: v.to_string(),

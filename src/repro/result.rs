@@ -55,7 +55,8 @@ pub struct Run {
     pub where_fired: Vec<Site>,
     /// What `lint` finds in the command's Python scripts, before any cell runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub lint: Vec<crate::model::Finding>,    /// `--bisect-nccl`: the releases probed and the answer.
+    pub lint: Vec<crate::model::Finding>,
+    /// `--bisect-nccl`: the releases probed and the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bisect: Option<super::bisect::Outcome>,
 }

@@ -297,8 +297,11 @@ impl Engine {
             examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
         };
 
-        let verdict =
-            if culprit.is_some() { crate::model::Verdict::Actionable } else { verdict::verdict(&findings, total_unexplained) };
+        let verdict = if culprit.is_some() {
+            crate::model::Verdict::Actionable
+        } else {
+            verdict::verdict(&findings, total_unexplained)
+        };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
         for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
             s.ranks = ranks.iter().copied().collect();

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use super::findings::Cand;
 use super::state::State;
 use super::{Engine, Options, VERSIONS_CAP};
+use crate::model::version::{Range, Version};
 use crate::model::VersionNote;
 use crate::rules::schema::Rule;
-use crate::model::version::{Range, Version};
 
 impl Engine {
     /// The NCCL and torch versions: assumed by the caller, stated by the log, or inferred.
