@@ -499,6 +499,9 @@ fn bisect_over_releases_with_stand_in_ranks_names_the_release_that_silenced_the_
     assert_eq!(idx.downloads().len(), probes.len(), "{:?}", idx.downloads());
     let states: BTreeMap<&str, &str> =
         probes.iter().map(|p| (p["release"].as_str().unwrap(), p["state"].as_str().unwrap())).collect();
+    // The first release, then halving: 2.23.4 (absent), 2.21.5 (seen), 2.22.3 (seen).
+    let order: Vec<&str> = probes.iter().map(|p| p["release"].as_str().unwrap()).collect();
+    assert_eq!(order, ["2.20.5", "2.23.4", "2.21.5", "2.22.3"]);
     assert_eq!(states["2.20.5"], "seen");
     assert_eq!((states.get("2.22.3"), states.get("2.23.4")), (Some(&"seen"), Some(&"absent")), "{states:?}");
     // Each probe is an ordinary cell, explained as such.
