@@ -8,9 +8,12 @@ label the public thread established (see docs/accuracy.md). This script runs
   - on actionable cases, whether primary.evidence[0].text contains the expected
     `primary` substring.
 
-It prints a per-case table and, per set, the verdict accuracy, the primary-line
-accuracy on actionable cases, the `unknown` rate and the fail-safe violations
-(failures called clean or benign). The table never prints a holdout log line:
+It prints a per-case table and, per set, the verdict accuracy (strict, and lenient:
+`clean` accepted for a case labelled benign, since a log whose only warnings are
+harmless differs from one with none by a judgement epdoctor may not share), the
+primary-line accuracy on actionable cases, the `unknown` rate and the fail-safe
+violations (failures called clean or benign). `--json FILE` writes the per-case
+results and the per-set totals as JSON. The table never prints a holdout log line:
 rules must not be fitted to the holdout set.
 
 Python 3.11+ standard library only. Exit status: 0 whatever the figures; 2 when a
@@ -102,13 +105,16 @@ def judge(set_name, folder, label, result, error):
     expected = label["verdict"]
     row = {"set": set_name, "case": folder.name, "expected": expected}
     if error:
-        row.update(got="error", rule="-", line=error, verdict_ok=False, primary_ok=None)
+        row.update(got="error", rule="-", line=error, verdict_ok=False, lenient_ok=False,
+                   primary_ok=None)
         return row
     got = result.get("verdict", "?")
     primary = result.get("primary") or {}
     evidence = primary.get("evidence") or [{}]
     line = evidence[0].get("text") or ""
     row.update(got=got, rule=primary.get("rule") or "-", verdict_ok=got == expected)
+    # Lenient: a harmless-only log called clean is not a wrong call a user acts on.
+    row["lenient_ok"] = row["verdict_ok"] or (expected == "benign" and got == "clean")
     row["primary_ok"] = (label["primary"] in line) if expected == "actionable" else None
     # Holdout lines are never shown: the lead writes no rule from them.
     row["line"] = line if set_name == "dev" else ""
@@ -121,6 +127,7 @@ def totals(rows):
     return {
         "cases": n,
         "verdict_ok": sum(r["verdict_ok"] for r in rows),
+        "lenient_ok": sum(r["lenient_ok"] for r in rows),
         "actionable": len(actionable),
         "primary_ok": sum(bool(r["primary_ok"]) for r in actionable),
         "unknown": sum(r["got"] == "unknown" for r in rows),
@@ -136,6 +143,7 @@ def pct(a, b):
 def summary_lines(name, t):
     return [
         f"verdict accuracy: {pct(t['verdict_ok'], t['cases'])}",
+        f"verdict accuracy, clean accepted for benign: {pct(t['lenient_ok'], t['cases'])}",
         f"primary-line accuracy on actionable cases: {pct(t['primary_ok'], t['actionable'])}",
         f"unknown rate: {pct(t['unknown'], t['cases'])}",
         f"fail-safe violations (failures called clean or benign): {t['fail_safe']}",
@@ -194,6 +202,7 @@ def main():
     ap.add_argument("--corpus", default=str(here / "tests/accuracy"),
                     help="folder holding holdout/ and dev/ (default: tests/accuracy)")
     ap.add_argument("--markdown", metavar="PATH", help="also write the report as Markdown to PATH")
+    ap.add_argument("--json", metavar="PATH", help="also write the per-case results as JSON to PATH")
     args = ap.parse_args()
 
     try:
@@ -217,6 +226,11 @@ def main():
     print(text_report(by_set))
     if args.markdown:
         Path(args.markdown).write_text(markdown_report(by_set, binary) + "\n", encoding="utf-8")
+    if args.json:
+        doc = {"binary": str(binary), "corpus": str(args.corpus),
+               "sets": {name: {"totals": totals(rows), "cases": rows}
+                        for name, rows in by_set.items()}}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

@@ -76,6 +76,38 @@ pub enum Format {
     Json,
 }
 
+impl ColorChoice {
+    /// `Some(on)` when forced, `None` for auto.
+    pub fn forced(self) -> Option<bool> {
+        match self {
+            ColorChoice::Auto => None,
+            ColorChoice::Always => Some(true),
+            ColorChoice::Never => Some(false),
+        }
+    }
+}
+
+impl Format {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            Format::Text => crate::output::Format::Text,
+            Format::Md => crate::output::Format::Md,
+            Format::Json => crate::output::Format::Json,
+        }
+    }
+}
+
+impl LintFormat {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            LintFormat::Text => crate::output::Format::Text,
+            LintFormat::Md => crate::output::Format::Md,
+            LintFormat::Json => crate::output::Format::Json,
+            LintFormat::Sarif => crate::output::Format::Sarif,
+        }
+    }
+}
+
 /// Options shared by every command that runs the rule engine.
 #[derive(Debug, Clone, Args)]
 pub struct RuleOpts {

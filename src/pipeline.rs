@@ -15,9 +15,11 @@ const WATCHDOG_RULE: &str = "torch-watchdog-timeout";
 
 /// Explain what `expand` found: the dumps become one more engine input, the notes of expanding
 /// and reading them come before the engine's own.
-pub fn explain(engine: &Engine, x: Expanded, opts: &Options) -> Result<Analysis> {
+pub fn explain(engine: &Engine, mut x: Expanded, opts: &Options) -> Result<Analysis> {
+    let unread = std::mem::take(&mut x.unread);
     let (inputs, mut notes, had_dumps) = crate::flight::prepare(x)?;
-    let mut a = engine.analyze(&inputs, opts)?;
+    let opts = Options { unread, ..opts.clone() };
+    let mut a = engine.analyze(&inputs, &opts)?;
     notes.append(&mut a.notes);
     a.notes = notes;
     if !had_dumps && a.findings.iter().any(|f| f.rule == WATCHDOG_RULE) {
@@ -41,5 +43,5 @@ pub fn explain_paths(engine: &Engine, paths: &[PathBuf], opts: &Options) -> Resu
 pub fn explain_bytes(engine: &Engine, files: &[(&str, &[u8])], opts: &Options) -> Result<Analysis> {
     let inputs =
         files.iter().map(|(name, bytes)| Input::Bytes { name: name.to_string(), bytes: (*bytes).into() }).collect();
-    explain(engine, Expanded { inputs, notes: Vec::new() }, opts)
+    explain(engine, Expanded { inputs, ..Default::default() }, opts)
 }

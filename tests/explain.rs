@@ -170,10 +170,22 @@ fn empty_and_binary_and_invalid_utf8_do_not_panic() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.log");
     std::fs::write(&empty, b"").unwrap();
-    epdoctor().args(["explain"]).arg(&empty).assert().code(0).stdout(predicate::str::contains("clean"));
+    // Nothing read is never `clean`: unknown (exit 3), saying why.
+    epdoctor()
+        .args(["explain"])
+        .arg(&empty)
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("not read: nothing was read: the input is empty"));
+    epdoctor()
+        .args(["explain", "-"])
+        .write_stdin("")
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("nothing was read"));
     let bin = dir.path().join("bin.log");
     std::fs::write(&bin, (0u8..=255).cycle().take(100_000).collect::<Vec<u8>>()).unwrap();
-    epdoctor().args(["explain"]).arg(&bin).assert().code(predicate::in_iter([0, 3]));
+    epdoctor().args(["explain"]).arg(&bin).assert().code(3).stdout(predicate::str::contains("does not look like text"));
     let bad = dir.path().join("bad.log");
     std::fs::write(&bad, b"h:1:2 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0 \xff\xfe\n").unwrap();
     epdoctor()
@@ -224,8 +236,9 @@ fn max_bytes_stops_an_endless_stdin() {
         .args(["explain", "--max-bytes", "1000", "--format", "json"])
         .write_stdin(line)
         .assert()
-        .code(0)
-        .stdout(predicate::str::contains("--max-bytes"));
+        // What was not read may hold the failure: unknown, not clean.
+        .code(3)
+        .stdout(predicate::str::contains("stopped at the --max-bytes limit; the rest was not read"));
 }
 
 #[test]
@@ -449,4 +462,78 @@ fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
         assert!(d.path().join(format!("{n}.1")).is_file(), "{n}(1) is named but not generated");
     }
     assert!(!d.path().join("epdoctor-help.1").exists() && !d.path().join("epdoctor-worker.1").exists());
+}
+
+/// DeepEP's test_intranode.py prints one `... passed` line per case (its own format string), then,
+/// on NCCL <= 2.22, the abort-path WARNs of DeepEP issue #41 at exit
+/// (https://github.com/deepseek-ai/DeepEP/issues/41, lines as posted); the peer-gone line is the
+/// one posted in https://github.com/NVIDIA/nccl/issues/795.
+const DEEPEP_PASSED: &str = "\
+[testing] Running with BF16, without top-k (async=False, previous=False) ... passed
+[testing] Running with BF16, with top-k (async=False, previous=False) ... passed
+[testing] Running with FP8, with top-k (async=True, previous=True) ... passed
+";
+const DEEPEP_41_TEARDOWN: &str = "\
+0bc8f5b83646:2374:2994 [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Resource temporarily unavailable
+0bc8f5b83646:2374:2994 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0
+0bc8f5b83646:2374:2994 [0] proxy.cc:1521 NCCL WARN [Proxy Service 0] Failed to execute operation Close from rank 0, retcode 3
+";
+const PEER_CLOSED: &str = "a100-st-p4d24xlarge-22:183006:183181 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer a100-st-p4d24xlarge-22<47861>\n";
+
+fn explain_json(text: &str) -> serde_json::Value {
+    let out = epdoctor().args(["explain", "--format", "json", "-"]).write_stdin(text.to_string()).output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn outcome_comes_from_the_runs_markers_and_lists_them() {
+    let v = explain_json(&format!("{DEEPEP_PASSED}{DEEPEP_41_TEARDOWN}{PEER_CLOSED}"));
+    let o = &v["outcome"];
+    assert_eq!(o["status"], "succeeded", "{o}");
+    assert_eq!(o["success_markers"], 3, "{o}");
+    assert_eq!(o["success"].as_array().unwrap().len(), 3, "{o}");
+    assert_eq!(o["failure"].as_array().unwrap().len(), 0, "{o}");
+    // The peer-gone WARN after the last passed line is teardown, read against the success.
+    assert_eq!(v["verdict"], "benign", "{v}");
+    let gone = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "nccl-peer-gone").unwrap();
+    assert_eq!(gone["benign"], true);
+    assert!(
+        gone["context"].as_str().unwrap().contains("printed after the run's last success marker (<stdin>:3)"),
+        "{gone}"
+    );
+
+    // The same WARN alone: the outcome is unknown (a warning never decides it), the verdict actionable.
+    let v = explain_json(PEER_CLOSED);
+    assert_eq!(v["outcome"]["status"], "unknown", "{v}");
+    assert_eq!(v["verdict"], "actionable");
+
+    // Before the work finished it is a real peer loss, whatever comes after.
+    let v = explain_json(&format!("{PEER_CLOSED}{DEEPEP_PASSED}"));
+    assert_eq!(v["outcome"]["status"], "succeeded");
+    assert_eq!(v["verdict"], "actionable", "{v}");
+}
+
+#[test]
+fn clean_is_earned_and_says_what_was_read() {
+    epdoctor()
+        .args(["explain", "-"])
+        .write_stdin("host:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\nstep 10 loss=0.41\n")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("clean  no warnings or errors in 2 line(s) of 1 input(s)"));
+    // A tar archive cut in its middle: what is left unread may hold the failure.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rank0.log");
+    std::fs::write(&log, "host:1:2 [0] NCCL INFO chatter\n".repeat(2000)).unwrap();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_path_with_name(&log, "rank0.log").unwrap();
+    b.append_path_with_name(&log, "rank1.log").unwrap();
+    let whole = b.into_inner().unwrap();
+    let cut = dir.path().join("logs.tar");
+    std::fs::write(&cut, &whole[..whole.len() * 3 / 4]).unwrap();
+    let out = epdoctor().args(["explain", "--format", "json"]).arg(&cut).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "unknown");
+    assert!(!v["unread"].as_array().unwrap().is_empty(), "{v}");
 }

@@ -97,6 +97,7 @@ fn options() -> impl Strategy<Value = Options> {
             assume_nccl: assume.then(|| Version::parse("2.22.3").unwrap()),
             evidence,
             templates: t,
+            ..Options::default()
         }
     })
 }

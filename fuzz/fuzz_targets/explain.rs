@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
         assume_nccl: (flags & 2 != 0).then(|| epdoctor::model::version::Version::parse("2.22.3").unwrap()),
         evidence: usize::from(flags >> 5) + 1,
         templates: flags & 4 != 0,
+        ..Default::default()
     };
     let named: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (n.as_str(), *b)).collect();
     let (analysis, [_text, md, json]) =

@@ -1,5 +1,4 @@
 //! `env` and `clean`: flags -> the environment model (or the stale-file sweep) -> a writer.
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -9,6 +8,7 @@ use crate::cli::{CleanArgs, EnvArgs, Format};
 use crate::env;
 use crate::error::Typed;
 use crate::exit;
+use crate::output;
 
 pub fn run(args: &EnvArgs) -> Result<u8> {
     // The leftovers probe a Slurm cell runs on each of its nodes (repro --launcher slurm).
@@ -22,7 +22,8 @@ pub fn run(args: &EnvArgs) -> Result<u8> {
         )])?;
     }
     let r = env::collect(&env::Sources::system(Duration::from_secs_f64(args.python_timeout)));
-    print(&crate::output::env::render(&r, args.format, !args.no_redact))?;
+    let o = output::Options { redact: !args.no_redact, ..output::Options::new(args.format.output()) };
+    output::print(&output::render(&r, &o)?)?;
     Ok(exit::OK)
 }
 
@@ -35,7 +36,7 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
     }
     let n = crate::repro::slurm::probe_here(cell, args.since, args.kill);
     let text = match args.format {
-        Format::Json => serde_json::to_string_pretty(&n)? + "\n",
+        Format::Json => output::json(&n),
         Format::Text | Format::Md => {
             let mut l = n.leftovers.lines();
             if l.is_empty() {
@@ -44,20 +45,12 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
             l.join("\n") + "\n"
         }
     };
-    print(&text)?;
+    output::print(&text)?;
     Ok(exit::OK)
 }
 
 pub fn clean(args: &CleanArgs) -> Result<u8> {
     let o = env::clean::clean_dir(Path::new("/proc"), &args.dir, args.yes).input()?;
-    print(&o.text)?;
+    output::print(&o.text)?;
     Ok(exit::of_clean(o.failed.len()))
-}
-
-/// Not print!: a closed pipe must be an error that maps to exit 0, not a panic.
-pub(crate) fn print(text: &str) -> Result<()> {
-    let mut so = std::io::stdout().lock();
-    so.write_all(text.as_bytes())?;
-    so.flush()?;
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! `explain`: input -> records -> matches -> verdict -> report.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::cli::ExplainArgs;
 use crate::error::Typed;
 use crate::model::Analysis;
-use crate::output::{self as report, RenderOpts};
+use crate::output;
 use crate::pipeline;
 use crate::rules::{self, Options};
 
@@ -37,11 +37,13 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
     let others = args.evidence.unwrap_or(if args.format == crate::cli::Format::Md { 3 } else { 2 });
-    let ro = RenderOpts { redact: !args.no_redact, evidence: args.evidence.unwrap_or(5), evidence_others: others };
-    let text = report::render(&analysis, args.format, &ro);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
+    let o = output::Options {
+        redact: !args.no_redact,
+        evidence: args.evidence.unwrap_or(5),
+        evidence_others: others,
+        ..output::Options::new(args.format.output())
+    };
+    output::print(&output::render(&analysis, &o)?)?;
     Ok(crate::exit::of_verdict(analysis.verdict))
 }
 
@@ -55,10 +57,14 @@ pub fn analyze_bytes(
     opts: &Options,
 ) -> Result<(Analysis, [String; 3])> {
     let analysis = pipeline::explain_bytes(engine, files, opts)?;
-    let ro = RenderOpts { redact: true, evidence: opts.evidence.max(1), evidence_others: opts.evidence.clamp(1, 3) };
-    let out = [crate::cli::Format::Text, crate::cli::Format::Md, crate::cli::Format::Json]
-        .map(|f| report::render(&analysis, f, &ro));
-    Ok((analysis, out))
+    let o = |format| output::Options {
+        evidence: opts.evidence.max(1),
+        evidence_others: opts.evidence.clamp(1, 3),
+        ..output::Options::new(format)
+    };
+    let [text, md, json] = [output::Format::Text, output::Format::Md, output::Format::Json]
+        .map(|f| output::render(&analysis, &o(f)).expect("explain has text, Markdown and JSON"));
+    Ok((analysis, [text, md, json]))
 }
 
 #[cfg(test)]
@@ -66,17 +72,17 @@ mod tests {
     #[test]
     fn sniff_knows_what_epdoctor_writes() {
         use crate::log::{sniff, Content, Input};
-        use crate::output::{self as report, RenderOpts};
+        use crate::output::{self, Format, Options};
         let engine = crate::rules::Engine::new(crate::rules::schema::load_rules(&[]).unwrap()).unwrap();
         let inputs = [Input::Memory { name: "r.log".into(), text: "vm:1:2 [0] misc/x.cc:1 NCCL WARN odd\n".into() }];
         let a = engine.analyze(&inputs, &Default::default()).unwrap();
-        let ro = RenderOpts { redact: true, evidence: 3, evidence_others: 3 };
         for (format, kind) in [
-            (crate::cli::Format::Text, "epdoctor explain's text"),
-            (crate::cli::Format::Md, "epdoctor explain's Markdown"),
-            (crate::cli::Format::Json, "epdoctor explain's JSON"),
+            (Format::Text, "epdoctor explain's text"),
+            (Format::Md, "epdoctor explain's Markdown"),
+            (Format::Json, "epdoctor explain's JSON"),
         ] {
-            let out = report::render(&a, format, &ro);
+            let o = Options { evidence: 3, evidence_others: 3, ..Options::new(format) };
+            let out = output::render(&a, &o).unwrap();
             assert_eq!(sniff("out", out.as_bytes()), Content::Own(kind), "{out}");
         }
         let repro = format!("{}\n\n- cells: 4\n", crate::model::headings::REPRO_MD);

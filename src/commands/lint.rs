@@ -1,13 +1,12 @@
 //! `lint`: paths -> files -> the checks (`crate::lint`) -> a writer -> an exit code.
 
-use std::io::Write;
-
 use anyhow::Result;
 
 use crate::cli::LintArgs;
 use crate::error::Typed;
 use crate::lint;
 use crate::model::version::Version;
+use crate::output;
 
 pub fn run(args: &LintArgs) -> Result<u8> {
     let torch = match &args.torch {
@@ -19,9 +18,6 @@ pub fn run(args: &LintArgs) -> Result<u8> {
     };
     let files = lint::expand(&args.paths).input()?;
     let report = lint::lint_files(&files, torch).input()?;
-    let text = crate::output::lint::render(&report, args.format);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
+    output::print(&output::render(&report, &output::Options::new(args.format.output()))?)?;
     Ok(crate::exit::of_lint(&report))
 }

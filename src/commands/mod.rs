@@ -3,20 +3,20 @@
 //! an exit status.
 pub mod env;
 pub mod explain;
+pub mod kernels;
 pub mod lint;
 pub mod man;
 pub mod nccl;
 pub mod report;
 pub mod repro;
 pub mod rules;
-pub mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::exit;
 
 /// Run the parsed command line; print an error and return its status if it fails.
 pub(crate) fn run(cli: Cli) -> u8 {
-    crate::output::color::init(cli.color);
+    crate::output::color::init(cli.color.forced());
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => exit::OK,
@@ -36,9 +36,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Clean(args) => env::clean(&args),
         Command::Rules(cmd) => rules::run(cmd),
         Command::Lint(args) => lint::run(&args),
-        Command::Kernels(args) => worker::kernels(&args),
+        Command::Kernels(args) => kernels::kernels(&args),
         Command::Nccl(cmd) => nccl::run(cmd),
-        Command::Worker(args) => worker::worker(&args),
+        Command::Worker(args) => kernels::worker(&args),
         Command::Completions { shell } => man::completions(shell),
         Command::Man { dir } => man::run(dir.as_deref()),
     }

@@ -82,7 +82,7 @@ fn list(available: bool, opts: &NcclOpts) -> Result<u8> {
             }
         }
     }
-    super::env::print(&s)?;
+    crate::output::print(&s)?;
     Ok(crate::exit::OK)
 }
 
@@ -103,7 +103,7 @@ fn fetch(versions: &[String], opts: &NcclOpts) -> Result<u8> {
             Err(e) => failed.push((r, e)),
         }
     }
-    super::env::print(&out)?;
+    crate::output::print(&out)?;
     match failed.len() {
         0 => Ok(crate::exit::OK),
         1 => Err(failed.remove(0).1).fetch(),
@@ -118,7 +118,7 @@ fn path(version: &str, opts: &NcclOpts) -> Result<u8> {
     let r = releases(&[version.to_string()])?[0];
     let f = fetcher(opts)?;
     let (e, _) = f.get(r).fetch()?;
-    super::env::print(&format!("{}\n", e.lib.display()))?;
+    crate::output::print(&format!("{}\n", e.lib.display()))?;
     Ok(crate::exit::OK)
 }
 
@@ -137,6 +137,6 @@ fn clean(versions: &[String]) -> Result<u8> {
     if gone.len() > 1 {
         s.push_str(&format!("{} freed\n", mb(total)));
     }
-    super::env::print(&s)?;
+    crate::output::print(&s)?;
     Ok(crate::exit::OK)
 }

@@ -53,11 +53,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     let doc = crate::output::report::Doc { env: &env, analysis: analysis.as_ref(), logs: &args.logs, repros: &repros };
     let doc = crate::output::report::markdown(&doc, (!args.no_redact).then_some(&mut red as &mut Redactor));
     match &args.output {
-        None => {
-            let mut so = std::io::stdout().lock();
-            so.write_all(doc.as_bytes())?;
-            so.flush()?;
-        }
+        None => crate::output::print(&doc)?,
         Some(o) => write_new(o, &doc)?,
     }
     Ok(crate::exit::OK)

@@ -14,7 +14,7 @@ pub fn run(args: &ReproArgs) -> Result<u8> {
         Format::Md => std::fs::read_to_string(dir.join(REPORT_FILE))?,
         Format::Json => std::fs::read_to_string(dir.join(CELLS_FILE))?,
     };
-    super::env::print(&out)?;
+    crate::output::print(&out)?;
     if let Some(p) = writer::partial_note(run) {
         eprintln!("epdoctor: {p}; what ran is in {}", dir.display());
     }

@@ -1,11 +1,10 @@
 //! `rules list / show / test`: the rule base as the user sees it.
-use std::io::Write;
-
 use anyhow::Result;
 
 use crate::cli::RulesCommand;
 use crate::error::Typed;
 use crate::exit;
+use crate::output;
 use crate::output::rules::{self as writer, RuleRow};
 use crate::rules::{fixtures, load};
 
@@ -16,9 +15,7 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
             let counts = fixtures::fixture_counts(&rules);
             let rows: Vec<RuleRow> =
                 rules.iter().map(|r| RuleRow::of(r, counts.get(r.def.id.as_str()).copied().unwrap_or(0))).collect();
-            let mut out = std::io::stdout().lock();
-            out.write_all(writer::list(&rows, format).as_bytes())?;
-            out.flush()?;
+            output::print(&output::render(rows.as_slice(), &output::Options::new(format.output()))?)?;
             Ok(exit::OK)
         }
         RulesCommand::Show { id, rule_opts } => {
@@ -36,9 +33,7 @@ pub fn run(cmd: RulesCommand) -> Result<u8> {
                     format!("no rule has the id `{id}`; did you mean {}?", near.join(", "))
                 }));
             };
-            let mut out = std::io::stdout().lock();
-            out.write_all(writer::show(r, &fixtures::fixtures_for(&r.def.id)).as_bytes())?;
-            out.flush()?;
+            output::print(&writer::show(r, &fixtures::fixtures_for(&r.def.id)))?;
             Ok(exit::OK)
         }
         RulesCommand::Test { paths, bless, rule_opts } => {

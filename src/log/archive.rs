@@ -132,7 +132,7 @@ impl Expander<'_> {
             match tempfile::tempfile() {
                 Ok(f) => self.spool = Some(Spool { file: Arc::new(f), len: 0 }),
                 Err(e) => {
-                    self.notes.push(format!("{name}: not read: cannot create a temporary file to unpack into: {e}"));
+                    self.unread(format!("{name}: not read: cannot create a temporary file to unpack into: {e}"));
                     return None;
                 }
             }
@@ -150,7 +150,9 @@ impl Expander<'_> {
                 // Keep what was written (the spool's end is wherever the write stopped).
                 let end = sp.file.metadata().map_or(start, |m| m.len());
                 sp.len = end;
-                self.notes.push(format!("{name}: read only in part: {e}"));
+                let note = format!("{name}: read only in part: {e}");
+                self.unread.push(note.clone());
+                self.notes.push(note);
                 let len = end.saturating_sub(start);
                 self.unpacked += len;
                 return Some(Member {
@@ -169,10 +171,12 @@ impl Expander<'_> {
         if len == room {
             // Is there more? Then the limit cut it.
             if r.read(&mut [0u8; 1]).is_ok_and(|n| n > 0) {
-                self.notes.push(format!(
+                let note = format!(
                     "{name}: read only its first {len} bytes: the limit of {} unpacked archive bytes was reached",
                     self.limits.unpacked
-                ));
+                );
+                self.unread.push(note.clone());
+                self.notes.push(note);
             }
         }
         Some(Member { name: name.into(), file, start, len, deflated: false, size: len })
@@ -182,22 +186,22 @@ impl Expander<'_> {
     pub(super) fn tar(&mut self, src: &Src, name: &str, depth: usize) {
         let stream = match src.raw().and_then(decoded) {
             Ok(s) => s,
-            Err(e) => return self.notes.push(format!("{name}: cannot read this tar archive: {e}")),
+            Err(e) => return self.unread(format!("{name}: cannot read this tar archive: {e}")),
         };
         let mut ar = tar::Archive::new(stream);
         let entries = match ar.entries() {
             Ok(e) => e,
-            Err(e) => return self.notes.push(format!("{name}: cannot read this tar archive: {e}")),
+            Err(e) => return self.unread(format!("{name}: cannot read this tar archive: {e}")),
         };
         for (n, entry) in entries.enumerate() {
             if n == self.limits.entries {
-                self.notes.push(format!("{name}: only its first {n} entries were looked at"));
+                self.unread(format!("{name}: only its first {n} entries were looked at"));
                 break;
             }
             let mut e = match entry {
                 Ok(e) => e,
                 Err(e) => {
-                    self.notes.push(format!("{name}: stopped reading its members after entry {n}: {e}"));
+                    self.unread(format!("{name}: stopped reading its members after entry {n}: {e}"));
                     break;
                 }
             };
@@ -212,7 +216,7 @@ impl Expander<'_> {
             }
             let mut head = Vec::with_capacity(HEAD.min(usize::try_from(e.size()).unwrap_or(HEAD)));
             if let Err(err) = (&mut e).take(HEAD as u64).read_to_end(&mut head) {
-                self.notes.push(format!("{full}: cannot read: {err}"));
+                self.unread(format!("{full}: cannot read: {err}"));
                 break;
             }
             // What it is, by its unpacked start when it is gzip or zstd itself.
@@ -240,7 +244,7 @@ impl Expander<'_> {
         let range = match &src {
             Src::File(p) => match File::open(p).and_then(|f| Ok((f.metadata()?.len(), f))) {
                 Ok((len, f)) => Range { file: Arc::new(f), start: 0, pos: 0, len },
-                Err(e) => return self.notes.push(format!("{name}: cannot read: {e}")),
+                Err(e) => return self.unread(format!("{name}: cannot read: {e}")),
             },
             Src::Member(m) if !m.deflated => Range { file: m.file.clone(), start: m.start, pos: 0, len: m.len },
             Src::Member(m) => {
@@ -254,7 +258,7 @@ impl Expander<'_> {
         let (file, base, total) = (range.file.clone(), range.start, range.len);
         let mut za = match zip::ZipArchive::new(range) {
             Ok(z) => z,
-            Err(e) => return self.notes.push(format!("{name}: not a readable zip archive: {e}")),
+            Err(e) => return self.unread(format!("{name}: not a readable zip archive: {e}")),
         };
         let count = za.len();
         if count > self.limits.entries {
@@ -265,7 +269,7 @@ impl Expander<'_> {
             let f = match za.by_index_raw(i) {
                 Ok(f) => f,
                 Err(e) => {
-                    self.notes.push(format!("{name}: entry {i} cannot be read: {e}"));
+                    self.unread(format!("{name}: entry {i} cannot be read: {e}"));
                     continue;
                 }
             };
@@ -289,12 +293,12 @@ impl Expander<'_> {
                 }
             };
             if f.encrypted() {
-                self.notes.push(format!("{full}: not read: encrypted"));
+                self.unread(format!("{full}: not read: encrypted"));
                 continue;
             }
             let (start, len) = (f.data_start().unwrap_or(u64::MAX), f.compressed_size());
             if start.checked_add(len).is_none_or(|end| end > total) {
-                self.notes.push(format!("{full}: not read: its data lies past the end of the archive"));
+                self.unread(format!("{full}: not read: its data lies past the end of the archive"));
                 continue;
             }
             let room = self.room();
@@ -304,7 +308,7 @@ impl Expander<'_> {
             }
             let size = if deflated { f.size().min(room) } else { len.min(room) };
             if size < f.size() {
-                self.notes.push(format!(
+                self.unread(format!(
                     "{full}: read only its first {size} bytes: the limit of {} unpacked archive bytes was reached",
                     self.limits.unpacked
                 ));

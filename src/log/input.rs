@@ -54,6 +54,9 @@ pub(super) fn printable(s: &str) -> String {
 pub struct Expanded {
     pub inputs: Vec<Input>,
     pub notes: Vec<String>,
+    /// Parts of what was given that could not be read whole (a cut archive, a member not read,
+    /// a binary file): a verdict cannot be `clean` or `benign` past them.
+    pub unread: Vec<String>,
 }
 
 /// Bytes of an input's (unpacked) start that `sniff` looks at.
@@ -166,7 +169,7 @@ pub fn expand(paths: &[PathBuf]) -> Result<Expanded> {
 
 pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded> {
     if paths.is_empty() {
-        return Ok(Expanded { inputs: vec![Input::Stdin], notes: Vec::new() });
+        return Ok(Expanded { inputs: vec![Input::Stdin], ..Default::default() });
     }
     let mut x = Expander::new(limits);
     for p in paths {
@@ -189,11 +192,11 @@ pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded
             x.add(Src::File(p.clone()), 0, false);
         }
     }
-    let Expanded { inputs, notes } = x.finish();
-    if inputs.is_empty() {
-        anyhow::bail!("nothing to read: {}", notes.join("; "));
+    let x = x.finish();
+    if x.inputs.is_empty() {
+        anyhow::bail!("nothing to read: {}", x.notes.join("; "));
     }
-    Ok(Expanded { inputs, notes })
+    Ok(x)
 }
 
 /// Where a file's bytes come from while `expand` looks at it.
@@ -242,6 +245,7 @@ pub(super) struct Expander<'l> {
     /// Why -> what, for the notes.
     pub(super) skipped: BTreeMap<&'static str, Vec<String>>,
     pub(super) notes: Vec<String>,
+    pub(super) unread: Vec<String>,
     pub(super) spool: Option<Spool>,
     /// Unpacked archive bytes promised so far (spooled or read later from a zip).
     pub(super) unpacked: u64,
@@ -249,7 +253,15 @@ pub(super) struct Expander<'l> {
 
 impl<'l> Expander<'l> {
     fn new(limits: &'l Limits) -> Self {
-        Expander { limits, out: Vec::new(), skipped: BTreeMap::new(), notes: Vec::new(), spool: None, unpacked: 0 }
+        Expander {
+            limits,
+            out: Vec::new(),
+            skipped: BTreeMap::new(),
+            notes: Vec::new(),
+            unread: Vec::new(),
+            spool: None,
+            unpacked: 0,
+        }
     }
 
     pub(super) fn skip(&mut self, why: &'static str, what: String) {
@@ -292,6 +304,12 @@ impl<'l> Expander<'l> {
         self.take(src, name, content, depth, found);
     }
 
+    /// A note on a part of the input that was not read: it also keeps the verdict from `clean`.
+    pub(super) fn unread(&mut self, note: String) {
+        self.unread.push(note.clone());
+        self.notes.push(note);
+    }
+
     /// Act on what `sniff` said of `src`.
     pub(super) fn take(&mut self, src: Src, name: String, content: Content, depth: usize, found: bool) {
         if let Some((why, what)) = skip_reason(&name, content, depth, found) {
@@ -303,7 +321,10 @@ impl<'l> Expander<'l> {
             _ => {
                 match content {
                     Content::Empty => self.skip(EMPTY, name),
-                    Content::NotText => self.skip(NOT_TEXT, name),
+                    Content::NotText => {
+                        self.unread.push(format!("{name}: does not look like text"));
+                        self.skip(NOT_TEXT, name)
+                    }
                     _ => {}
                 }
                 self.out.push(src.into_input());
@@ -322,7 +343,7 @@ impl<'l> Expander<'l> {
             notes.push(format!("{why}: {list}"));
         }
         notes.extend(self.notes);
-        Expanded { inputs: self.out, notes }
+        Expanded { inputs: self.out, notes, unread: self.unread }
     }
 }
 

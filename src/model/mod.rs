@@ -155,6 +155,10 @@ pub struct Analysis {
     /// Python warnings from modules outside torch.distributed, NCCL, NVSHMEM and DeepEP.
     #[serde(default)]
     pub unrelated: Unrelated,
+    /// Why part of the input was not read (empty, cut at --max-bytes, a truncated archive, a
+    /// binary file): with any, the verdict is never `clean` or `benign`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -179,8 +183,21 @@ impl RunOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct OutcomeReport {
     pub status: RunOutcome,
-    /// The lines that decided it (a success marker, a failure marker or the primary's line).
+    /// The line that decided it: the first failure marker, else the first success marker. Only
+    /// markers of how the run ended decide, never the warnings being judged.
     pub evidence: Vec<Evidence>,
+    /// Success markers (test summaries, DeepEP's passed lines, nccl-tests' footer, a finished
+    /// training, every rank exiting 0, torchrun's SUCCEEDED), the first few in log order.
+    #[serde(default)]
+    pub success: Vec<Evidence>,
+    /// Failure markers (a non-zero exit, a signal, a launcher's failure banner), the first few.
+    #[serde(default)]
+    pub failure: Vec<Evidence>,
+    /// How many success and failure markers the log holds in all.
+    #[serde(default)]
+    pub success_markers: u64,
+    #[serde(default)]
+    pub failure_markers: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

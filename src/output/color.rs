@@ -4,16 +4,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use owo_colors::OwoColorize;
 
-use crate::cli::ColorChoice;
-
 static ON: AtomicBool = AtomicBool::new(false);
 
-pub fn init(choice: ColorChoice) {
-    let on = match choice {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => auto_stdout(),
-    };
+/// Colour on stdout: `Some(on)` as asked, `None` to decide from the environment and the tty.
+pub fn init(choice: Option<bool>) {
+    let on = choice.unwrap_or_else(auto_stdout);
     ON.store(on, Ordering::Relaxed);
     owo_colors::set_override(on);
 }

@@ -8,24 +8,8 @@ use owo_colors::Style;
 use super::color::paint;
 use super::markdown::{self, Md};
 use super::redact::Redactor;
-use crate::cli::Format;
 use crate::env::checks::{human_bytes, Check, Status};
 use crate::env::EnvReport;
-
-pub fn render(r: &EnvReport, format: Format, redact_md: bool) -> String {
-    match format {
-        Format::Text => text(r),
-        Format::Md => {
-            let mut red = redactor_for(r);
-            markdown(r, 2, &mut Md::new(redact_md.then_some(&mut red)))
-        }
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(r).expect("the env model serializes");
-            s.push('\n');
-            s
-        }
-    }
-}
 
 /// Mask this machine's name too, wherever it appears.
 pub fn redactor_for(r: &EnvReport) -> Redactor {
@@ -568,7 +552,7 @@ mod tests {
 
     #[test]
     fn markdown_redacted() {
-        let md = render(&machine(), Format::Md, true);
+        let md = super::super::render(&machine(), &super::super::Options::new(super::super::Format::Md)).unwrap();
         assert!(!md.contains("gpu-box-7") && !md.contains("alice"), "{md}");
         insta::assert_snapshot!(md);
     }

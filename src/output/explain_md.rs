@@ -6,20 +6,14 @@ use std::fmt::Write as _;
 
 use super::explain_text::ranks;
 use super::markdown::{inline, prose, Md};
-use super::redact::Redactor;
-use super::RenderOpts;
+use super::Options;
 use crate::model::{Analysis, Finding, Verdict};
 
 /// How the document starts (`explain` knows it by this and does not read it as a log).
 pub(crate) const HEADING: &str = crate::model::headings::EXPLAIN_MD;
 
-pub fn render(a: &Analysis, opts: &RenderOpts, red: &mut Redactor) -> String {
-    let mut md = Md::new(opts.redact.then_some(red));
-    write(a, opts, &mut md)
-}
-
 /// The explain section of a document whose redactor is `md`'s (`report` writes several sections).
-pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
+pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
     // Learn every hostname first, so a name is masked even where it appears before the line
     // that reveals it as a hostname.
     for f in &a.findings {
@@ -34,6 +28,12 @@ pub(crate) fn write(a: &Analysis, opts: &RenderOpts, md: &mut Md) -> String {
         Verdict::Unknown => "unknown: warnings no rule explains",
     };
     let _ = writeln!(s, "{HEADING}**{verdict}**\n");
+    for u in &a.unread {
+        let _ = writeln!(s, "- not read: {}", md.text(u));
+    }
+    if !a.unread.is_empty() {
+        s.push('\n');
+    }
     let mut facts = vec![format!("epdoctor {}", a.tool_version)];
     facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
     facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));

@@ -4,7 +4,7 @@ use owo_colors::Style;
 use std::fmt::Write as _;
 
 use super::color::paint;
-use super::RenderOpts;
+use super::Options;
 use crate::model::{Analysis, Finding, RunOutcome, Severity, Verdict};
 
 fn verdict_style(v: Verdict) -> Style {
@@ -15,7 +15,22 @@ fn verdict_style(v: Verdict) -> Style {
     }
 }
 
-fn verdict_line(v: Verdict, outcome: RunOutcome) -> &'static str {
+fn verdict_line(a: &Analysis) -> String {
+    let (v, outcome) = (a.verdict, a.outcome.status);
+    match v {
+        Verdict::Clean => {
+            let lines: u64 = a.inputs.iter().map(|i| i.lines).sum();
+            let files = a.inputs.len();
+            format!("no warnings or errors in {lines} line(s) of {files} input(s)")
+        }
+        Verdict::Unknown if a.unexplained.is_empty() && !a.unread.is_empty() => {
+            "part of the input could not be read, so nothing can be said of it (see `not read`)".into()
+        }
+        _ => verdict_text(v, outcome).into(),
+    }
+}
+
+fn verdict_text(v: Verdict, outcome: RunOutcome) -> &'static str {
     match v {
         Verdict::Clean => "no warnings or errors",
         // "The run worked" only with a success line to show for it.
@@ -28,15 +43,18 @@ fn verdict_line(v: Verdict, outcome: RunOutcome) -> &'static str {
     }
 }
 
-pub fn render(a: &Analysis, opts: &RenderOpts) -> String {
+pub fn render(a: &Analysis, opts: &Options) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "{} {}  {}",
         paint("verdict:", Style::new().bold()),
         paint(a.verdict.as_str(), verdict_style(a.verdict)),
-        verdict_line(a.verdict, a.outcome.status)
+        verdict_line(a)
     );
+    for u in &a.unread {
+        let _ = writeln!(s, "{} {u}", paint("not read:", Style::new().yellow().bold()));
+    }
     let mut vers = Vec::new();
     for v in &a.versions {
         vers.push(format!(

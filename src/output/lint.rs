@@ -8,25 +8,7 @@ use serde_json::{json, Value};
 
 use super::color::paint;
 use super::markdown::{code_block, inline};
-use crate::cli::LintFormat;
 use crate::model::{Finding, LintReport, Severity};
-
-pub fn render(r: &LintReport, format: LintFormat) -> String {
-    match format {
-        LintFormat::Text => text(r),
-        LintFormat::Md => markdown(r),
-        LintFormat::Json => {
-            let mut s = serde_json::to_string_pretty(r).expect("the model always serialises");
-            s.push('\n');
-            s
-        }
-        LintFormat::Sarif => {
-            let mut s = serde_json::to_string_pretty(&sarif(r)).expect("a JSON value");
-            s.push('\n');
-            s
-        }
-    }
-}
 
 fn location(f: &Finding) -> String {
     f.evidence.first().map(|e| format!("{}:{}:{}", e.source, e.line, e.column.unwrap_or(1))).unwrap_or_default()
@@ -46,7 +28,7 @@ fn summary(r: &LintReport) -> String {
     )
 }
 
-fn text(r: &LintReport) -> String {
+pub(crate) fn text(r: &LintReport) -> String {
     let mut s = String::new();
     for e in &r.errors {
         let _ = writeln!(
@@ -97,7 +79,7 @@ fn text(r: &LintReport) -> String {
     s
 }
 
-fn markdown(r: &LintReport) -> String {
+pub(crate) fn markdown(r: &LintReport) -> String {
     let mut s = String::from("## epdoctor lint\n\n");
     let _ = writeln!(s, "{}\n", inline(&summary(r)));
     for e in &r.errors {

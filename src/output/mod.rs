@@ -4,7 +4,6 @@ pub mod color;
 pub mod env;
 pub mod explain_md;
 pub mod explain_text;
-pub mod json;
 pub mod lint;
 pub mod markdown;
 pub mod redact;
@@ -12,24 +11,127 @@ pub mod report;
 pub mod repro;
 pub mod rules;
 
-use crate::cli::Format;
-use crate::model::Analysis;
+use std::io::Write as _;
 
+use serde::Serialize;
+
+use crate::env::EnvReport;
+use crate::model::{Analysis, LintReport};
+use markdown::Md;
+use redact::Redactor;
+
+/// The formats a document can be written in (each command's flags offer those it supports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Md,
+    Json,
+    /// SARIF 2.1.0 (lint).
+    Sarif,
+}
+
+/// What the command layer decided about the output, so no writer sees a flag.
 #[derive(Debug, Clone, Copy)]
-pub struct RenderOpts {
-    /// Replace hostnames, addresses, home paths (Markdown; JSON and text keep them unless set).
+pub struct Options {
+    pub format: Format,
+    /// Replace hostnames, addresses, home paths (Markdown; JSON and text keep them).
     pub redact: bool,
     /// Evidence lines of the primary finding.
     pub evidence: usize,
     /// Evidence lines of every other finding (`--evidence N` sets both; by default fewer).
     pub evidence_others: usize,
+    /// Table width in columns (None: the terminal's, or unbounded off a terminal).
+    pub width: Option<u16>,
 }
 
-pub fn render(a: &Analysis, format: Format, opts: &RenderOpts) -> String {
-    match format {
-        Format::Text => explain_text::render(a, opts),
-        Format::Md => explain_md::render(a, opts, &mut redact::Redactor::new()),
-        Format::Json => json::render(a),
+impl Options {
+    pub fn new(format: Format) -> Options {
+        Options { format, redact: true, evidence: 5, evidence_others: 2, width: None }
+    }
+}
+
+/// A result the program writes, one writer per format: the exporter shape, with JSON (serde,
+/// the contract) written once for every model.
+pub trait Document: Serialize {
+    fn text(&self, o: &Options) -> String;
+    /// Markdown through `md`, the document's one redactor (a section of `report` shares it).
+    fn markdown(&self, o: &Options, md: &mut Md) -> String;
+    /// The redactor this document starts with (one that already knows this machine's name, say).
+    fn redactor(&self) -> Redactor {
+        Redactor::new()
+    }
+    fn sarif(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// `d` in the format `o` names.
+pub fn render<D: Document + ?Sized>(d: &D, o: &Options) -> anyhow::Result<String> {
+    Ok(match o.format {
+        Format::Text => d.text(o),
+        Format::Md => {
+            let mut red = d.redactor();
+            d.markdown(o, &mut Md::new(o.redact.then_some(&mut red)))
+        }
+        Format::Json => json(d),
+        Format::Sarif => json(&d.sarif().ok_or_else(|| anyhow::anyhow!("this document has no SARIF form"))?),
+    })
+}
+
+/// Pretty JSON with a final newline: every JSON document the program prints.
+pub fn json<T: Serialize + ?Sized>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("the result models always serialise");
+    s.push('\n');
+    s
+}
+
+/// Write a finished document to stdout. Not print!: a closed pipe must be an error that maps to
+/// exit 0, not a panic.
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+impl Document for Analysis {
+    fn text(&self, o: &Options) -> String {
+        explain_text::render(self, o)
+    }
+    fn markdown(&self, o: &Options, md: &mut Md) -> String {
+        explain_md::write(self, o, md)
+    }
+}
+
+impl Document for EnvReport {
+    fn text(&self, _: &Options) -> String {
+        env::text(self)
+    }
+    fn markdown(&self, _: &Options, md: &mut Md) -> String {
+        env::markdown(self, 2, md)
+    }
+    fn redactor(&self) -> Redactor {
+        env::redactor_for(self)
+    }
+}
+
+impl Document for LintReport {
+    fn text(&self, _: &Options) -> String {
+        lint::text(self)
+    }
+    fn markdown(&self, _: &Options, _: &mut Md) -> String {
+        lint::markdown(self)
+    }
+    fn sarif(&self) -> Option<serde_json::Value> {
+        Some(lint::sarif(self))
+    }
+}
+
+impl Document for [rules::RuleRow<'_>] {
+    fn text(&self, o: &Options) -> String {
+        rules::text(self, o.width)
+    }
+    fn markdown(&self, _: &Options, _: &mut Md) -> String {
+        rules::markdown(self)
     }
 }
 

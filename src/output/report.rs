@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::markdown::{heading, Md};
 use super::redact::Redactor;
-use super::RenderOpts;
+use super::{Format, Options};
 use crate::env::checks::Status;
 use crate::env::EnvReport;
 use crate::model::Analysis;
@@ -82,7 +82,7 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
             let _ = writeln!(s, "Explained: {}\n", logs.join(", "));
             s.push_str(&super::explain_md::write(
                 a,
-                &RenderOpts { redact: true, evidence: 5, evidence_others: 3 },
+                &Options { evidence_others: 3, ..Options::new(Format::Md) },
                 &mut md,
             ));
         }

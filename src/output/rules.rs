@@ -5,7 +5,6 @@ use comfy_table::{presets, ColumnConstraint, ContentArrangement, Table};
 use serde::Serialize;
 
 use super::markdown::{code_span, inline, table};
-use crate::cli::Format;
 use crate::rules::schema::{PhaseSpec, Rule};
 
 /// One line of `rules list` (its JSON form is a contract).
@@ -55,50 +54,43 @@ pub(crate) fn id_table(header: &[&str]) -> Table {
     t
 }
 
-pub(crate) fn list(rows: &[RuleRow], format: Format) -> String {
-    list_at(rows, format, None)
+const HEADER: [&str; 7] = ["id", "category", "severity", "benign", "nccl", "fixtures", "title"];
+
+fn cells(r: &RuleRow) -> [String; 7] {
+    [
+        r.id.to_string(),
+        r.category.to_string(),
+        r.severity.to_string(),
+        if r.benign { "yes" } else { "no" }.to_string(),
+        r.nccl.unwrap_or("any").to_string(),
+        r.fixtures.to_string(),
+        r.title.to_string(),
+    ]
 }
 
-/// `width`: the table's width in columns (None: the terminal's, or unbounded off a terminal).
-fn list_at(rows: &[RuleRow], format: Format, width: Option<u16>) -> String {
-    let header = ["id", "category", "severity", "benign", "nccl", "fixtures", "title"];
-    let cells = |r: &RuleRow| {
-        [
-            r.id.to_string(),
-            r.category.to_string(),
-            r.severity.to_string(),
-            if r.benign { "yes" } else { "no" }.to_string(),
-            r.nccl.unwrap_or("any").to_string(),
-            r.fixtures.to_string(),
-            r.title.to_string(),
-        ]
-    };
-    let mut s = match format {
-        Format::Json => return serde_json::to_string_pretty(rows).expect("rows serialise") + "\n",
-        Format::Md => {
-            let rows: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    let mut c: Vec<String> = cells(r).iter().map(|x| inline(x)).collect();
-                    c[0] = code_span(r.id);
-                    c
-                })
-                .collect();
-            table(&header, &rows)
-        }
-        Format::Text => {
-            let mut t = id_table(&header);
-            if let Some(w) = width {
-                t.set_width(w);
-            }
-            for r in rows {
-                t.add_row(cells(r).to_vec());
-            }
-            format!("{t}\n")
-        }
-    };
-    let _ = writeln!(s, "{} rules", rows.len());
-    s
+/// `rules list` as a table; `width`: its width in columns (None: the terminal's, or unbounded off
+/// a terminal).
+pub(crate) fn text(rows: &[RuleRow], width: Option<u16>) -> String {
+    let mut t = id_table(&HEADER);
+    if let Some(w) = width {
+        t.set_width(w);
+    }
+    for r in rows {
+        t.add_row(cells(r).to_vec());
+    }
+    format!("{t}\n{} rules\n", rows.len())
+}
+
+pub(crate) fn markdown(rows: &[RuleRow]) -> String {
+    let md: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c: Vec<String> = cells(r).iter().map(|x| inline(x)).collect();
+            c[0] = code_span(r.id);
+            c
+        })
+        .collect();
+    format!("{}{} rules\n", table(&HEADER, &md), rows.len())
 }
 
 pub(crate) fn show(r: &Rule, fixtures: &[&str]) -> String {
@@ -148,11 +140,11 @@ mod tests {
     fn ids_stay_whole_in_a_narrow_table() {
         let rules = crate::rules::load(&crate::rules::RuleSource::builtin()).unwrap();
         let rows: Vec<RuleRow> = rules.iter().map(|r| RuleRow::of(r, 0)).collect();
-        let t = list_at(&rows, Format::Text, Some(80));
+        let t = text(&rows, Some(80));
         for r in &rows {
             assert!(t.contains(r.id), "{} cut in an 80-column table:\n{t}", r.id);
         }
-        let md = list_at(&rows, Format::Md, None);
+        let md = markdown(&rows);
         assert!(md.contains(&format!("| `{}` |", rows[0].id)), "{md}");
     }
 

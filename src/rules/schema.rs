@@ -55,6 +55,10 @@ pub struct RuleDef {
     /// is the cause.
     #[serde(default)]
     pub precursor_of: Vec<String>,
+    /// A teardown-kind message: what it means when printed after the run's last success marker
+    /// on a run seen to succeed (then it is benign, with this text as its context).
+    #[serde(default)]
+    pub after_success: Option<String>,
     /// The culprit over a victim: when this rule fires and the primary the engine picked is one of
     /// the rules listed here (or there is none), this finding is the primary and the verdict is
     /// actionable. `"*"` means over any primary (Flight Recorder's rank that never joined).

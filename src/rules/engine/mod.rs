@@ -58,6 +58,8 @@ const UNEXPLAINED_KEEP: usize = 200;
 /// Unrelated Python warnings kept as examples, and outcome marker lines kept per input.
 const UNRELATED_KEEP: usize = 20;
 const OUTCOME_KEEP: usize = 64;
+/// Success and failure markers shown in the outcome, each.
+const OUTCOME_SHOWN: usize = 5;
 const TEMPLATE_CAP: usize = 5000;
 const WHO_CAP: usize = 4096;
 
@@ -68,6 +70,8 @@ pub struct Options {
     pub assume_nccl: Option<Version>,
     pub evidence: usize,
     pub templates: bool,
+    /// Parts of the input that `expand` could not read (see `Expanded::unread`).
+    pub unread: Vec<String>,
 }
 
 /// What the engine looks for besides rules.
@@ -261,7 +265,8 @@ impl Engine {
         let allowed: Vec<bool> = self.rules.iter().map(|r| vs.allows(r)).collect();
         let grouped = self.group(&mut st, &allowed, opts);
         let mut findings = self.findings(grouped.accs, &st, &ranks, opts);
-        let outcome = self.outcome(&st, &findings, &ranks);
+        let outcome = self.outcome(&st, &ranks);
+        self.after_success(&mut findings, &st, outcome.status);
         self.apply_outcome(&mut findings, outcome.status);
         self.precursors(&mut findings);
         self.version_readings(&mut findings, &vs);
@@ -297,10 +302,15 @@ impl Engine {
             examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
         };
 
+        let mut unread = opts.unread.clone();
+        unread.append(&mut st.unread);
+        if st.inputs.iter().all(|i| i.lines == 0) {
+            unread.push("nothing was read: the input is empty".into());
+        }
         let verdict = if culprit.is_some() {
             crate::model::Verdict::Actionable
         } else {
-            verdict::verdict(&findings, total_unexplained)
+            verdict::verdict(&findings, total_unexplained, !unread.is_empty())
         };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
         for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
@@ -321,6 +331,7 @@ impl Engine {
             notes: std::mem::take(&mut st.notes),
             outcome,
             unrelated,
+            unread,
         }
     }
 }

@@ -1,41 +1,72 @@
 //! How the run ended, and what that does to rules that are benign only on success.
 
 use super::findings::Cand;
+use super::primary::happened_before;
 use super::ranks::Ranks;
 use super::state::{Hit, State};
-use super::Engine;
+use super::{Engine, OUTCOME_SHOWN};
 use crate::model::{OutcomeReport, RunOutcome, Severity};
 use crate::rules::schema::Outcome;
 
 impl Engine {
-    /// How the run ended: failure markers or an actionable error finding make it `failed`;
-    /// success markers without either, `succeeded`; neither, `unknown`.
-    pub(crate) fn outcome(&self, st: &State, findings: &[Cand], ranks: &Ranks) -> OutcomeReport {
-        let first = |o: Outcome| {
-            st.outcomes.iter().filter(|(x, _)| *x == o).map(|(_, h)| h).min_by(|a, b| st.canon(a).cmp(&st.canon(b)))
+    /// How the run ended, from the run's own markers only: a failure marker makes it `failed`,
+    /// success markers without one `succeeded`, neither `unknown`. The warnings being judged never
+    /// decide it (an error finding makes the verdict actionable, not the outcome failed).
+    pub(crate) fn outcome(&self, st: &State, ranks: &Ranks) -> OutcomeReport {
+        let of = |o: Outcome| {
+            let mut v: Vec<&Hit> = st.outcomes.iter().filter(|(x, _)| *x == o).map(|(_, h)| h).collect();
+            v.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+            v.into_iter().take(OUTCOME_SHOWN).map(|h| st.evidence_of(h, ranks.of(h))).collect::<Vec<_>>()
         };
-        let failed_finding = findings
-            .iter()
-            .filter(|c| !c.precursor && c.actionable() && c.finding.severity >= Severity::Error)
-            .min_by(|a, b| st.canon(&a.first).cmp(&st.canon(&b.first)));
-        let ev = |h: &Hit| vec![st.evidence_of(h, ranks.of(h))];
-        if let Some(h) = first(Outcome::Failed) {
-            return OutcomeReport { status: RunOutcome::Failed, evidence: ev(h) };
+        let (success, failure) = (of(Outcome::Succeeded), of(Outcome::Failed));
+        let (status, evidence) = match (failure.first(), success.first()) {
+            (Some(f), _) => (RunOutcome::Failed, vec![f.clone()]),
+            (None, Some(s)) => (RunOutcome::Succeeded, vec![s.clone()]),
+            (None, None) => (RunOutcome::Unknown, Vec::new()),
+        };
+        OutcomeReport {
+            status,
+            evidence,
+            success,
+            failure,
+            success_markers: st.outcome_counts.0,
+            failure_markers: st.outcome_counts.1,
         }
-        if let Some(c) = failed_finding {
-            return OutcomeReport {
-                status: RunOutcome::Failed,
-                evidence: c.finding.evidence.iter().take(1).cloned().collect(),
-            };
+    }
+
+    /// On a run seen to succeed, a teardown-kind message (a rule with `after_success`) printed
+    /// after its input's last success marker is read against that outcome: the work was done,
+    /// what happened is a rank leaving while a peer still held a connection, and it is benign.
+    pub(crate) fn after_success(&self, findings: &mut [Cand], st: &State, outcome: RunOutcome) {
+        if outcome != RunOutcome::Succeeded {
+            return;
         }
-        match first(Outcome::Succeeded) {
-            Some(h) => OutcomeReport { status: RunOutcome::Succeeded, evidence: ev(h) },
-            None => OutcomeReport::default(),
+        for c in findings.iter_mut() {
+            let Some(meaning) = &self.rules[c.rule].def.after_success else { continue };
+            let last = st.last_success.get(&c.first.source).or_else(|| {
+                // Another input's marker counts only where timestamps order the two.
+                st.last_success
+                    .values()
+                    .filter(|h| h.ts.is_some() && c.first.ts.is_some())
+                    .max_by(|a, b| a.ts.partial_cmp(&b.ts).unwrap_or(std::cmp::Ordering::Equal))
+            });
+            let Some(last) = last.filter(|l| happened_before(l, &c.first) == Some(true)) else { continue };
+            let at = format!("{}:{}", st.names.get(last.source).map(String::as_str).unwrap_or("?"), last.line);
+            c.finding.benign = true;
+            c.demotable = true;
+            c.finding.context = Some(format!("printed after the run's last success marker ({at}): {}", meaning.trim()));
         }
     }
 
     /// `needs_success` and `success_seen` rules: benign only on a run seen to succeed.
+    /// An error finding of another rule reads as a failure here too (it is why the optional
+    /// transport matters), though it does not decide the run's outcome.
     pub(crate) fn apply_outcome(&self, findings: &mut [Cand], outcome: RunOutcome) {
+        let conditional = |c: &Cand| self.rules[c.rule].def.needs_success || self.rules[c.rule].def.success_seen;
+        let error_elsewhere = findings
+            .iter()
+            .any(|c| !conditional(c) && !c.precursor && c.actionable() && c.finding.severity >= Severity::Error);
+        let outcome = if error_elsewhere { RunOutcome::Failed } else { outcome };
         for c in
             findings.iter_mut().filter(|c| self.rules[c.rule].def.needs_success || self.rules[c.rule].def.success_seen)
         {

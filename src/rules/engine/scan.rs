@@ -275,6 +275,60 @@ impl Engine {
                 src.ranks.insert(r);
             }
         }
+        let (mut cands, outcome) = self.slot_hits(st, src, line, &rec, matches);
+        let phase = src.phase;
+        cands.retain(|&r| self.rules[r].def.phase.allows(phase));
+        // Highest priority first, then file order.
+        cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
+        let leveled = self.record_sites(st, &rec, level);
+        if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
+            // Matched only the engine's own patterns (a version, a rank map, a marker).
+            return;
+        }
+        st.order += 1;
+        let hit = Hit {
+            source: src.idx,
+            line: l.line,
+            order: st.order,
+            rank: rec.rank,
+            host: rec.host.or(l.host).map(str::to_string),
+            pid: rec.pid.or(l.pid),
+            ts: rec.ts.or(l.ts),
+            text: clip(l.raw),
+            warn: level >= Level::Attn || error_like,
+            symptom: l.symptom,
+            ignored: l.flags.ignored,
+            launcher: rec.kind == log::Kind::Launcher,
+            detail: l.detail.map(clip),
+            leveled: leveled.map(|(id, _)| id),
+        };
+        if let Some(o) = outcome {
+            st.add_outcome(o, &hit);
+        }
+        if cands.is_empty() {
+            if hit.warn && outcome != Some(Outcome::Succeeded) {
+                if log::is_unrelated_warning(line) {
+                    st.add_unrelated(hit);
+                } else {
+                    st.add_unexplained(hit);
+                }
+            }
+            return;
+        }
+        let g = st.groups.entry(cands).or_default();
+        g.add(hit);
+    }
+
+    /// What the matched patterns of one line are: candidate rules (in match order), the outcome
+    /// a marker gives; phase markers, versions and the rank map are taken here.
+    fn slot_hits(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        line: &str,
+        rec: &log::Record<'_>,
+        matches: Vec<usize>,
+    ) -> (Vec<usize>, Option<Outcome>) {
         let mut cands: Vec<usize> = Vec::new();
         let mut outcome = None;
         for m in matches {
@@ -318,10 +372,12 @@ impl Engine {
                 }
             }
         }
-        let phase = src.phase;
-        cands.retain(|&r| self.rules[r].def.phase.allows(phase));
-        // Highest priority first, then file order.
-        cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));
+        (cands, outcome)
+    }
+
+    /// Record the line's fingerprint site and, for a message NCCL prints at different levels by
+    /// release, its level site; returns the latter (its id and key).
+    fn record_sites(&self, st: &mut State, rec: &log::Record<'_>, level: Level) -> Option<(u32, String)> {
         // Fingerprint sites: NCCL's WARN and ATTN lines only (INFO unwinding lines name other
         // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
         let known = match (rec.kind, level, rec.site) {
@@ -346,42 +402,7 @@ impl Engine {
                 st.sites_seq.push(key);
             }
         }
-        if cands.is_empty() && outcome.is_none() && !(level >= Level::Attn || error_like) {
-            // Matched only the engine's own patterns (a version, a rank map, a marker).
-            return;
-        }
-        st.order += 1;
-        let hit = Hit {
-            source: src.idx,
-            line: l.line,
-            order: st.order,
-            rank: rec.rank,
-            host: rec.host.or(l.host).map(str::to_string),
-            pid: rec.pid.or(l.pid),
-            ts: rec.ts.or(l.ts),
-            text: clip(l.raw),
-            warn: level >= Level::Attn || error_like,
-            symptom: l.symptom,
-            ignored: l.flags.ignored,
-            launcher: rec.kind == log::Kind::Launcher,
-            detail: l.detail.map(clip),
-            leveled: leveled.map(|(id, _)| id),
-        };
-        if let Some(o) = outcome {
-            st.add_outcome(o, &hit);
-        }
-        if cands.is_empty() {
-            if hit.warn && outcome != Some(Outcome::Succeeded) {
-                if log::is_unrelated_warning(line) {
-                    st.add_unrelated(hit);
-                } else {
-                    st.add_unexplained(hit);
-                }
-            }
-            return;
-        }
-        let g = st.groups.entry(cands).or_default();
-        g.add(hit);
+        leveled
     }
 
     /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which

@@ -1,6 +1,6 @@
 //! What reading keeps: hits, their groups, each source's state, and the merge of inputs read apart.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use regex::Regex;
 
@@ -184,8 +184,14 @@ pub(crate) struct State {
     pub(crate) want_templates: bool,
     /// Outcome marker lines (at most `OUTCOME_KEEP` per input).
     pub(crate) outcomes: Vec<(Outcome, Hit)>,
+    /// Outcome markers seen in all: (succeeded, failed).
+    pub(crate) outcome_counts: (u64, u64),
+    /// Each input's last success marker: what a teardown message is read after.
+    pub(crate) last_success: BTreeMap<usize, Hit>,
     pub(crate) unrelated: Vec<Hit>,
     pub(crate) unrelated_dropped: u64,
+    /// Inputs cut short (the --max-bytes limit).
+    pub(crate) unread: Vec<String>,
 }
 
 impl State {
@@ -215,6 +221,7 @@ impl State {
         }
         if reader.hit_limit {
             self.notes.push(format!("{name}: stopped at the --max-bytes limit"));
+            self.unread.push(format!("{name}: stopped at the --max-bytes limit; the rest was not read"));
         }
         if let Some(b) = budget.as_mut() {
             *b = b.saturating_sub(reader.bytes_read);
@@ -256,6 +263,11 @@ impl State {
         self.unexplained_dropped += o.unexplained_dropped;
         for (k, h) in o.outcomes {
             self.outcomes.push((k, shift(h)));
+        }
+        self.outcome_counts.0 += o.outcome_counts.0;
+        self.outcome_counts.1 += o.outcome_counts.1;
+        for (src, h) in o.last_success {
+            self.last_success.insert(src, shift(h));
         }
         for h in o.unrelated {
             let h = shift(h);
@@ -316,6 +328,13 @@ impl State {
     }
 
     pub(crate) fn add_outcome(&mut self, o: Outcome, h: &Hit) {
+        match o {
+            Outcome::Succeeded => {
+                self.outcome_counts.0 += 1;
+                self.last_success.insert(h.source, h.clone());
+            }
+            Outcome::Failed => self.outcome_counts.1 += 1,
+        }
         if self.outcomes.iter().filter(|(_, x)| x.source == h.source).count() < OUTCOME_KEEP {
             self.outcomes.push((o, h.clone()));
         }

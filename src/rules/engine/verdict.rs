@@ -29,12 +29,13 @@ impl Engine {
     }
 }
 
-/// Actionable beats unknown (an unexplained warning), unknown beats benign; clean is earned.
-pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64) -> Verdict {
+/// Actionable beats unknown (an unexplained warning, or input not read whole), unknown beats
+/// benign; clean is earned: readable input with no warning at all.
+pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64, unread: bool) -> Verdict {
     let any_actionable = findings.iter().any(|c| c.actionable());
     if any_actionable {
         Verdict::Actionable
-    } else if total_unexplained > 0 {
+    } else if total_unexplained > 0 || unread {
         Verdict::Unknown
     } else if !findings.is_empty() {
         Verdict::Benign
