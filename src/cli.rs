@@ -331,7 +331,7 @@ pub struct CleanArgs {
     pub yes: bool,
 
     /// Folder to scan.
-    #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
+    #[arg(long, default_value = crate::sys::SHM_DIR, value_name = "DIR")]
     pub dir: PathBuf,
 }
 

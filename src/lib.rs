@@ -5,7 +5,6 @@
 
 pub mod cli;
 pub mod commands;
-pub(crate) mod cuda;
 pub mod env;
 mod error;
 pub(crate) mod exit;
@@ -14,11 +13,11 @@ pub mod lint;
 pub mod log;
 pub mod model;
 pub mod nccl;
-pub mod os;
 pub(crate) mod output;
 pub mod pipeline;
 pub mod repro;
 pub mod rules;
+pub mod sys;
 pub mod worker;
 
 use std::ffi::OsString;

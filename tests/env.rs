@@ -7,7 +7,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use epdoctor::env::{libs, procs, vars};
+use epdoctor::env::{libs, vars};
+use epdoctor::sys::procs;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/env").join(name)
@@ -102,7 +103,8 @@ fn nvshmem_facts_from_real_bytes() {
 fn proc_net_unix_fixture() {
     let socks = procs::parse_net_unix(&fixture_text("net_unix.txt"));
     assert_eq!(socks.len(), 6);
-    let nccl: Vec<_> = socks.iter().filter(|s| s.path.as_deref().is_some_and(epdoctor::os::is_nccl_socket)).collect();
+    let nccl: Vec<_> =
+        socks.iter().filter(|s| s.path.as_deref().is_some_and(epdoctor::sys::names::is_nccl_socket)).collect();
     assert_eq!(nccl.len(), 2);
     assert_eq!(nccl[0].inode, 88121);
     assert!(socks.iter().any(|s| s.path.as_deref() == Some("/var/run/my app/with space.sock")));

@@ -1,6 +1,6 @@
 //! Snapshots of every output format of `explain`, and of repro's report.md and report's document,
 //! on fixed inputs and a fixed rule set (tests/fixtures/snap/), with unstable parts (version,
-//! paths, times) filtered. env's Markdown is snapshotted in src/output/env.rs on a fixed machine.
+//! paths, times) filtered. env's Markdown is snapshotted in src/commands/env.rs on a fixed machine.
 
 mod common;
 

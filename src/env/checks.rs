@@ -1,43 +1,10 @@
 //! The checklist: one verdict per line, each citing the public source it rests on (NCCL, PyTorch,
 //! NVSHMEM or DeepEP source and threads) or our own runs in docs/results/. Nothing here claims
 //! more than those sources support.
-use serde::Serialize;
-
-use super::gpu::GpuStatus;
-use super::python::PythonStatus;
-use super::shm::ShmState;
-use super::{vars, EnvReport};
+use super::vars;
+pub use crate::model::env::{human_bytes, Check, Status};
+use crate::model::env::{EnvReport, GpuStatus, PythonStatus, ShmState};
 use crate::model::version::{boundary, Version};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Info,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Info => "info",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub id: String,
-    pub status: Status,
-    pub title: String,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refs: Vec<String>,
-}
 
 fn check(id: &str, status: Status, title: impl Into<String>, detail: impl Into<String>, refs: &[&str]) -> Check {
     Check {
@@ -315,8 +282,10 @@ fn shm(r: &EnvReport, out: &mut Vec<Check>) {
     }
 
     // /dev/shm leftovers.
-    let nccl_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_nccl_shm(file_name(&f.path))).collect();
-    let torch_files: Vec<_> = r.shm.files.iter().filter(|f| crate::os::is_torch_shm(file_name(&f.path))).collect();
+    let nccl_files: Vec<_> =
+        r.shm.files.iter().filter(|f| crate::sys::names::is_nccl_shm(file_name(&f.path))).collect();
+    let torch_files: Vec<_> =
+        r.shm.files.iter().filter(|f| crate::sys::names::is_torch_shm(file_name(&f.path))).collect();
     let count = |v: &[&super::shm::ShmFile], s: ShmState| v.iter().filter(|f| f.state == s).count();
     let (stale, in_use, unknown) = (
         count(&nccl_files, ShmState::Stale),
@@ -501,23 +470,6 @@ fn file_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 || v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,12 +491,5 @@ mod tests {
         assert_eq!(nccl_teardown(Version(2, 30, 3)).0, Status::Ok);
         assert_eq!(nccl_teardown(Version(2, 32, 3)).0, Status::Warn);
         assert!(nccl_teardown(Version(2, 32, 3)).1.contains("hang"));
-    }
-
-    #[test]
-    fn bytes() {
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
-        assert_eq!(human_bytes(1536 << 20), "1.5 GiB");
-        assert_eq!(human_bytes(12), "12 B");
     }
 }

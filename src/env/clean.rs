@@ -7,8 +7,8 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::checks::human_bytes;
-use super::procs::ProcScan;
 use super::shm::{self, ShmFile, ShmState};
+use crate::sys::procs::ProcScan;
 
 pub struct Outcome {
     pub text: String,
@@ -25,8 +25,8 @@ pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outc
         anyhow::bail!("{} is not a folder (see --dir)", dir.display());
     }
     let scan = scan_for(proc_root, dir);
-    let files =
-        shm::list(dir, &scan, crate::os::is_nccl_shm).with_context(|| format!("cannot list {}", dir.display()))?;
+    let files = shm::list(dir, &scan, crate::sys::names::is_nccl_shm)
+        .with_context(|| format!("cannot list {}", dir.display()))?;
     let mut s = String::new();
     let mut out = Outcome { text: String::new(), deleted: Vec::new(), failed: Vec::new() };
     let _ = writeln!(s, "{}: {} nccl-* file(s)", dir.display(), files.len());

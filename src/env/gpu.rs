@@ -1,50 +1,11 @@
-//! GPUs through the CUDA driver API (crate::cuda, libcuda loaded at run time). Without a driver
+//! GPUs through the CUDA driver API (crate::sys::cuda, libcuda loaded at run time). Without a driver
 //! this says so and returns; it never panics (cudarc panics when asked for a library it cannot load).
+pub use crate::model::env::{Gpu, GpuInfo, GpuStatus};
+use crate::sys::cuda as cu;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use serde::Serialize;
-
-use crate::cuda as cu;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Gpu {
-    pub index: i32,
-    pub name: String,
-    pub compute_capability: String,
-    pub memory_bytes: u64,
-    pub pci_bus_id: Option<String>,
-}
-
-labelled! {
-    /// What the CUDA driver probe found.
-    pub enum GpuStatus {
-        Ok => "ok",
-        NoDriver => "no GPU driver",
-        /// The driver loaded but a call failed (GpuInfo::detail says which).
-        Error => "error",
-        /// Not asked (tests, and callers that must not touch the GPU).
-        NotProbed => "not probed",
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuInfo {
-    pub status: GpuStatus,
-    /// Why, when status is not "ok".
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// Kernel module version, from /proc/driver/nvidia/version.
-    pub driver_version: Option<String>,
-    /// The CUDA version the driver supports (cuDriverGetVersion), e.g. "13.0".
-    pub cuda_driver_version: Option<String>,
-    pub devices: Vec<Gpu>,
-    /// p2p[i][j]: can device i access device j's memory (cuDeviceCanAccessPeer); None on the diagonal.
-    pub p2p: Vec<Vec<Option<bool>>>,
-}
 
 pub fn probe() -> GpuInfo {
-    let driver_version = std::fs::read_to_string("/proc/driver/nvidia/version")
-        .ok()
-        .and_then(|t| super::procs::parse_nvidia_driver_version(&t));
+    let driver_version = crate::sys::procs::nvidia_driver_version();
     let mut info = GpuInfo {
         status: GpuStatus::NoDriver,
         detail: None,

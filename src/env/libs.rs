@@ -6,59 +6,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use regex::bytes::Regex;
-use serde::Serialize;
-
 use super::elf;
-
-/// One library file (symlinks folded into their target).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct LibFile {
-    /// The first path it was found under.
-    pub path: String,
-    /// Where the symlinks lead.
-    pub real_path: String,
-    /// Every name it was seen under.
-    pub names: Vec<String>,
-    /// How it was found: "LD_LIBRARY_PATH", "loader cache", "system dir", "python: nvidia/nccl" ...
-    pub found_via: Vec<String>,
-    pub size: u64,
-    pub version: Option<String>,
-    /// CUDA version the library was built for, when its version string says.
-    pub cuda: Option<String>,
-    /// Where the version came from: "rodata string", "file scan", "file name".
-    pub version_from: Option<String>,
-    /// NVSHMEM only: whether it was built with NCCL support.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nccl_support: Option<NcclSupport>,
-    /// True for the copy the dynamic loader gives a program that asks for `libnccl.so.2`
-    /// (or `libnvshmem_host.so.3`) and has no RPATH of its own.
-    pub loader_default: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct NcclSupport {
-    /// Some(true/false) when known.
-    pub built_with_nccl: Option<bool>,
-    /// How we know, in words.
-    pub evidence: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Libraries {
-    pub nccl: Vec<LibFile>,
-    pub nvshmem: Vec<LibFile>,
-    /// Folders searched, in order, with the reason each was searched.
-    pub searched: Vec<Searched>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Searched {
-    pub dir: String,
-    pub via: String,
-}
+pub use crate::model::env::{LibFile, Libraries, NcclSupport, Searched};
+use regex::bytes::Regex;
 
 static NCCL_VERSION: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?").unwrap());

@@ -3,36 +3,11 @@
 //! `collect` gathers one [`EnvReport`]; `checks` turns it into a checklist whose every line cites
 //! its public source; `output::env` writes it as text, Markdown or JSON.
 
-/// An enum whose JSON (and text) is a fixed label per variant: the strings env's JSON contract has
-/// always had (docs: "status": "no GPU driver", "state": "in use").
-macro_rules! labelled {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)+ }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-        pub enum $name {
-            $($(#[$vm])* #[serde(rename = $s)] $v,)+
-        }
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$v => $s,)+
-                }
-            }
-        }
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.pad(self.as_str())
-            }
-        }
-    };
-}
-
 pub mod checks;
 pub mod clean;
 pub mod elf;
 pub mod gpu;
 pub mod libs;
-pub mod procs;
 pub mod python;
 pub mod shm;
 pub mod vars;
@@ -40,84 +15,10 @@ pub mod vars;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
-
-use procs::{Holder, ProcScan};
-
-pub const ENV_SCHEMA_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EnvReport {
-    pub schema_version: u32,
-    pub tool_version: String,
-    pub host: Host,
-    pub gpu: gpu::GpuInfo,
-    pub libraries: libs::Libraries,
-    pub python: python::PythonInfo,
-    pub variables: Vec<vars::Var>,
-    pub config_files: Vec<vars::ConfFile>,
-    pub shm: shm::ShmInfo,
-    pub nccl_sockets: Vec<SocketInfo>,
-    pub sysv_segments: Vec<procs::SysvSegment>,
-    pub gpu_processes: Vec<GpuProcess>,
-    pub limits: Limits,
-    pub process_scan: ScanSummary,
-    pub checks: Vec<checks::Check>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct Host {
-    pub hostname: Option<String>,
-    pub os: Option<String>,
-    pub kernel: Option<String>,
-    pub arch: String,
-    pub container: Container,
-    pub cpus_online: Option<u64>,
-    /// What this process may use (affinity and cgroup quota).
-    pub cpus_available: Option<u64>,
-    pub memory_total_bytes: Option<u64>,
-    pub memory_available_bytes: Option<u64>,
-    /// cgroup memory limit, when one is set.
-    pub cgroup_memory_limit_bytes: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct Container {
-    pub detected: bool,
-    pub evidence: Vec<String>,
-    pub cgroup: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SocketInfo {
-    pub path: String,
-    pub inode: u64,
-    pub holders: Vec<Holder>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuProcess {
-    pub pid: i32,
-    pub comm: String,
-    pub devices: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct Limits {
-    /// RLIMIT_MEMLOCK in bytes; null means unlimited.
-    pub memlock_soft_bytes: Option<u64>,
-    pub memlock_hard_bytes: Option<u64>,
-    /// /proc/sys/kernel/yama/ptrace_scope; null when Yama is absent.
-    pub ptrace_scope: Option<u32>,
-    pub cap_sys_ptrace: Option<bool>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ScanSummary {
-    pub processes: usize,
-    /// Processes whose open files could not be read (run as root to see them).
-    pub unreadable: usize,
-}
+pub use crate::model::env::{
+    Container, EnvReport, GpuProcess, Host, Limits, ScanSummary, SocketInfo, ENV_SCHEMA_VERSION,
+};
+use crate::sys::procs::{self, ProcScan};
 
 /// Where `collect` looks; tests point these at fixtures and temp folders.
 #[derive(Debug, Clone)]
@@ -133,7 +34,7 @@ impl Sources {
     pub fn system(python_timeout: Duration) -> Sources {
         Sources {
             proc_root: "/proc".into(),
-            shm_dir: "/dev/shm".into(),
+            shm_dir: crate::sys::SHM_DIR.into(),
             etc: "/etc".into(),
             python_timeout,
             probe_gpu: true,
@@ -188,7 +89,7 @@ pub fn collect(src: &Sources) -> EnvReport {
         .map(|t| procs::parse_net_unix(&t))
         .unwrap_or_default()
         .into_iter()
-        .filter(|s| s.path.as_deref().is_some_and(crate::os::is_nccl_socket))
+        .filter(|s| s.path.as_deref().is_some_and(crate::sys::names::is_nccl_socket))
         .map(|s| SocketInfo {
             path: s.path.clone().unwrap_or_default(),
             inode: s.inode,
@@ -262,7 +163,7 @@ fn collect_host(src: &Sources, getenv: &dyn Fn(&str) -> Option<String>) -> Host 
     // SAFETY: sysconf has no preconditions.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     Host {
-        hostname: read(p.join("sys/kernel/hostname")).map(|s| s.trim().to_string()),
+        hostname: crate::sys::hostname(),
         os: read(src.etc.join("os-release")).and_then(|t| procs::parse_os_release(&t)),
         kernel: read(p.join("sys/kernel/osrelease")).map(|s| s.trim().to_string()),
         arch: std::env::consts::ARCH.to_string(),
@@ -330,38 +231,4 @@ fn run_with_timeout(exe: &str, args: &[&str], timeout: Duration) -> std::io::Res
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(t.join().unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gpu::GpuStatus;
-    use super::python::PythonStatus;
-    use super::shm::ShmState;
-
-    #[test]
-    fn statuses_keep_the_labels_of_the_json_contract() {
-        let json = |v: serde_json::Value| v.as_str().unwrap().to_string();
-        for (s, label) in [
-            (GpuStatus::Ok, "ok"),
-            (GpuStatus::NoDriver, "no GPU driver"),
-            (GpuStatus::Error, "error"),
-            (GpuStatus::NotProbed, "not probed"),
-        ] {
-            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
-        }
-        for (s, label) in [
-            (PythonStatus::Ok, "ok"),
-            (PythonStatus::NotFound, "not found"),
-            (PythonStatus::TimedOut, "timed out"),
-            (PythonStatus::Error, "error"),
-        ] {
-            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
-        }
-        for (s, label) in [(ShmState::InUse, "in use"), (ShmState::Stale, "stale"), (ShmState::Unknown, "unknown")] {
-            assert_eq!(json(serde_json::to_value(s).unwrap()), label);
-            assert_eq!(s.to_string(), label);
-        }
-        // `clean` lines them up as it did the strings.
-        assert_eq!(format!("[{:<7}]", ShmState::Stale), "[stale  ]");
-    }
 }

@@ -5,45 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-labelled! {
-    /// How the python3 probe ended.
-    #[derive(Default)]
-    pub enum PythonStatus {
-        Ok => "ok",
-        NotFound => "not found",
-        TimedOut => "timed out",
-        /// Also the probe's own answer before it is judged (it carries no status).
-        #[default]
-        Error => "error",
-    }
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct PythonInfo {
-    #[serde(default)]
-    pub status: PythonStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    #[serde(default)]
-    pub python: Option<String>,
-    #[serde(default)]
-    pub executable: Option<String>,
-    #[serde(default)]
-    pub site_packages: Vec<String>,
-    #[serde(default)]
-    pub torch: Option<String>,
-    #[serde(default)]
-    pub torch_path: Option<String>,
-    #[serde(default)]
-    pub torch_cuda: Option<String>,
-    /// torch.cuda.nccl.version(): the NCCL torch was built with (and, for wheels, bundles).
-    #[serde(default)]
-    pub torch_nccl: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub torch_error: Option<String>,
-}
+pub use crate::model::env::{PythonInfo, PythonStatus};
 
 const MARK: &str = "EPDOCTOR-PY ";
 

@@ -15,47 +15,9 @@
 //! else "unknown", never "stale".
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
-use super::procs::{self, Holder, ProcScan};
-
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ShmFile {
-    pub path: String,
-    pub size: u64,
-    /// Seconds since the epoch.
-    pub modified: Option<u64>,
-    pub uid: u32,
-    pub holders: Vec<Holder>,
-    /// From a `torch_<pid>_...` name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub creator_pid: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub creator_alive: Option<bool>,
-    pub state: ShmState,
-}
-
-labelled! {
-    /// Whether a /dev/shm file is still someone's (see the module's comment for how this is told).
-    pub enum ShmState {
-        InUse => "in use",
-        Stale => "stale",
-        Unknown => "unknown",
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ShmInfo {
-    pub dir: String,
-    pub exists: bool,
-    pub fstype: Option<String>,
-    pub mount_options: Option<String>,
-    pub size_bytes: Option<u64>,
-    pub free_bytes: Option<u64>,
-    pub files: Vec<ShmFile>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+use crate::model::env::Holder;
+pub use crate::model::env::{ShmFile, ShmInfo, ShmState};
+use crate::sys::procs::{self, ProcScan};
 
 fn torch_creator(name: &str) -> Option<i32> {
     name.strip_prefix("torch_")?.split('_').next()?.parse().ok()
@@ -206,7 +168,7 @@ pub fn collect(dir: &Path, mounts: &[procs::Mount], scan: &ProcScan) -> ShmInfo 
         info.size_bytes = Some(size);
         info.free_bytes = Some(free);
     }
-    match list(dir, scan, |n| crate::os::is_nccl_shm(n) || crate::os::is_torch_shm(n)) {
+    match list(dir, scan, |n| crate::sys::names::is_nccl_shm(n) || crate::sys::names::is_torch_shm(n)) {
         Ok(f) => info.files = f,
         Err(e) => info.error = Some(format!("cannot list {}: {e}", dir.display())),
     }

@@ -1,15 +1,7 @@
 //! The variables that steer NCCL, torch.distributed, NVSHMEM and CUDA, and NCCL's config files.
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Var {
-    pub name: String,
-    pub value: String,
-    /// The value was replaced because the name looks secret.
-    pub masked: bool,
-}
+pub use crate::model::env::{ConfFile, Var};
 
 const PREFIXES: [&str; 5] = ["NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "CUDA_"];
 /// A few more that decide which library loads and where ranks meet.
@@ -48,17 +40,6 @@ pub fn collect<I: IntoIterator<Item = (String, String)>>(env: I) -> Vec<Var> {
     let mut v: Vec<Var> = env.into_iter().filter(|(n, _)| wanted(n)).map(|(n, val)| make_var(&n, &val)).collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ConfFile {
-    pub path: String,
-    /// Why NCCL reads it: "NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf".
-    pub role: String,
-    pub present: bool,
-    pub entries: Vec<Var>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 /// NCCL's file format: `NAME=VALUE` per line, the value taken verbatim; `#` lines are comments.

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod env;
+pub mod markers;
 pub mod version;
 
 /// The first lines of epdoctor's own documents: the writers start them so, and `explain` skips a

@@ -421,10 +421,10 @@ pub fn resolve_given(spec: &Spec) -> Result<String> {
 
 /// The driver's CUDA major (cuDriverGetVersion), when a driver is there.
 pub fn driver_major() -> Option<u32> {
-    if !crate::cuda::present() {
+    if !crate::sys::cuda::present() {
         return None;
     }
-    crate::cuda::driver_version().ok().filter(|v| *v > 0).map(|v| v as u32 / 1000)
+    crate::sys::cuda::driver_version().ok().filter(|v| *v > 0).map(|v| v as u32 / 1000)
 }
 
 /// pip's configured index (`download.index-url`, else `global.index-url`), if any.

@@ -63,12 +63,11 @@ mod tests {
     #[test]
     fn reads_imports_and_exports_of_real_libraries() {
         let exe = std::env::current_exe().unwrap();
-        let libc = std::fs::read_to_string("/proc/self/maps")
+        let libc = crate::sys::procs::mapped_files(Path::new("/proc/self"))
             .unwrap()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")))
-            .map(std::path::PathBuf::from)
+            .into_iter()
+            .map(|(.., p)| p)
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")))
             .expect("a glibc process maps libc.so.6");
         let (_, libc_def) = dynamic_symbols(&libc, "mall").unwrap();
         assert!(libc_def.contains("malloc"), "{libc_def:?}");

@@ -8,8 +8,7 @@ use owo_colors::Style;
 use super::color::paint;
 use super::markdown::{self, Md};
 use super::redact::Redactor;
-use crate::env::checks::{human_bytes, Check, Status};
-use crate::env::EnvReport;
+use crate::model::env::{human_bytes, Check, EnvReport, GpuStatus, Holder, LibFile, PythonStatus, Status};
 
 /// Mask this machine's name too, wherever it appears.
 pub fn redactor_for(r: &EnvReport) -> Redactor {
@@ -41,7 +40,7 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn lib_version(l: &crate::env::libs::LibFile) -> String {
+fn lib_version(l: &LibFile) -> String {
     match (&l.version, &l.cuda) {
         (Some(v), Some(c)) => format!("{v}+cuda{c}"),
         (Some(v), None) => v.clone(),
@@ -49,7 +48,7 @@ fn lib_version(l: &crate::env::libs::LibFile) -> String {
     }
 }
 
-fn holders(h: &[crate::env::procs::Holder]) -> String {
+fn holders(h: &[Holder]) -> String {
     if h.is_empty() {
         "-".into()
     } else {
@@ -84,7 +83,7 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
     }
     let g = &r.gpu;
     let gpu_line = match g.status {
-        crate::env::gpu::GpuStatus::Ok => format!(
+        GpuStatus::Ok => format!(
             "driver {} (CUDA {}), {} GPU(s)",
             opt(&g.driver_version),
             opt(&g.cuda_driver_version),
@@ -95,7 +94,7 @@ fn summary(r: &EnvReport) -> Vec<(&'static str, String)> {
     v.push(("gpu", gpu_line));
     let p = &r.python;
     let py = match p.status {
-        crate::env::python::PythonStatus::Ok => format!(
+        PythonStatus::Ok => format!(
             "python {} ({}); torch {}{}",
             opt(&p.python),
             opt(&p.executable),
@@ -283,7 +282,7 @@ pub fn text(r: &EnvReport) -> String {
     s
 }
 
-fn lib_path(l: &crate::env::libs::LibFile) -> String {
+fn lib_path(l: &LibFile) -> String {
     if l.path == l.real_path {
         l.path.clone()
     } else {
@@ -446,114 +445,4 @@ pub(crate) fn markdown(r: &EnvReport, level: usize, md: &mut Md) -> String {
     );
     let _ = writeln!(s, "\n</details>");
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::env::{
-        gpu, libs, procs, python, shm, vars, Container, GpuProcess, Host, Limits, ScanSummary, SocketInfo,
-    };
-
-    /// A fixed machine: two H200s, one NCCL in a user's site-packages, a stale shm file, a job's
-    /// socket, NCCL_DEBUG unset.
-    fn machine() -> EnvReport {
-        let holder = procs::Holder { pid: 4242, comm: "python3".into() };
-        let lib = libs::LibFile {
-            path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
-            real_path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
-            names: vec!["libnccl.so.2".into()],
-            found_via: vec!["python: nvidia/nccl".into()],
-            size: 250_000_000,
-            version: Some("2.28.3".into()),
-            cuda: Some("12.9".into()),
-            version_from: Some("rodata string".into()),
-            nccl_support: None,
-            loader_default: false,
-            error: None,
-        };
-        let gpu = |index| gpu::Gpu {
-            index,
-            name: "NVIDIA H200".into(),
-            compute_capability: "9.0".into(),
-            memory_bytes: 150_000_000_000,
-            pci_bus_id: Some(format!("0000:{:02x}:00.0", 0x18 + index)),
-        };
-        let mut r = EnvReport {
-            schema_version: crate::env::ENV_SCHEMA_VERSION,
-            tool_version: "[VERSION]".into(),
-            host: Host {
-                hostname: Some("gpu-box-7".into()),
-                os: Some("Ubuntu 24.04.1 LTS".into()),
-                kernel: Some("6.8.0-45-generic".into()),
-                arch: "x86_64".into(),
-                container: Container { detected: true, evidence: vec!["/.dockerenv exists".into()], cgroup: vec![] },
-                cpus_online: Some(64),
-                cpus_available: Some(16),
-                memory_total_bytes: Some(1 << 40),
-                memory_available_bytes: Some(1 << 39),
-                cgroup_memory_limit_bytes: None,
-            },
-            gpu: gpu::GpuInfo {
-                status: gpu::GpuStatus::Ok,
-                detail: None,
-                driver_version: Some("580.95.05".into()),
-                cuda_driver_version: Some("13.0".into()),
-                devices: vec![gpu(0), gpu(1)],
-                p2p: vec![vec![None, Some(true)], vec![Some(true), None]],
-            },
-            libraries: libs::Libraries { nccl: vec![lib], nvshmem: vec![], searched: vec![] },
-            python: python::PythonInfo {
-                status: python::PythonStatus::Ok,
-                python: Some("3.12.3".into()),
-                torch: Some("2.11.0+cu130".into()),
-                torch_nccl: Some("2.28.9".into()),
-                ..Default::default()
-            },
-            variables: vec![vars::Var { name: "CUDA_VISIBLE_DEVICES".into(), value: "0,1".into(), masked: false }],
-            config_files: vec![],
-            shm: shm::ShmInfo {
-                dir: "/dev/shm".into(),
-                exists: true,
-                fstype: Some("tmpfs".into()),
-                size_bytes: Some(64 << 20),
-                free_bytes: Some(60 << 20),
-                files: vec![shm::ShmFile {
-                    path: "/dev/shm/nccl-AbC123".into(),
-                    size: 9_637_888,
-                    modified: Some(1_764_400_000),
-                    uid: 1000,
-                    holders: vec![],
-                    creator_pid: None,
-                    creator_alive: None,
-                    state: shm::ShmState::Stale,
-                }],
-                ..Default::default()
-            },
-            nccl_sockets: vec![SocketInfo {
-                path: "@/tmp/nccl-socket-0-2a3f".into(),
-                inode: 77,
-                holders: vec![holder.clone()],
-            }],
-            sysv_segments: vec![],
-            gpu_processes: vec![GpuProcess { pid: 4242, comm: "python3".into(), devices: vec!["nvidia0".into()] }],
-            limits: Limits {
-                memlock_soft_bytes: None,
-                memlock_hard_bytes: None,
-                ptrace_scope: Some(1),
-                cap_sys_ptrace: Some(false),
-            },
-            process_scan: ScanSummary { processes: 120, unreadable: 3 },
-            checks: vec![],
-        };
-        r.checks = crate::env::checks::run(&r);
-        r
-    }
-
-    #[test]
-    fn markdown_redacted() {
-        let md = super::super::render(&machine(), &super::super::Options::new(super::super::Format::Md)).unwrap();
-        assert!(!md.contains("gpu-box-7") && !md.contains("alice"), "{md}");
-        insta::assert_snapshot!(md);
-    }
 }

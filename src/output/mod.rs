@@ -15,7 +15,7 @@ use std::io::Write as _;
 
 use serde::Serialize;
 
-use crate::env::EnvReport;
+use crate::model::env::EnvReport;
 use crate::model::{Analysis, LintReport};
 use markdown::Md;
 use redact::Redactor;

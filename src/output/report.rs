@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use super::markdown::{heading, Md};
 use super::redact::Redactor;
 use super::{Format, Options};
-use crate::env::checks::Status;
-use crate::env::EnvReport;
+use crate::model::env::{EnvReport, Status};
 use crate::model::Analysis;
 use crate::repro::result::Run;
 

@@ -13,13 +13,13 @@ use regex::Regex;
 
 use super::launch::{self, Interrupts, Limits, Spec};
 use super::leftovers::{self, Leftovers, Membership};
-use super::markers::{self, RankMarkers};
 use super::matrix::{CellPlan, Plan, Workload};
 use super::result::{AxisKind, Cell, CellStatus, Hung, Primary, Process, RuleHit, HARNESS_FILE};
 use super::slurm::Stops;
 use super::stacks;
 use super::CELL_ENV;
 use crate::rules::Engine;
+use crate::sys::markers::{self, RankMarkers};
 
 /// How long exiting processes get before they count as left behind.
 const SETTLE: Duration = Duration::from_millis(500);

@@ -120,7 +120,7 @@ pub struct Execution {
     pub pgids: Vec<i32>,
 }
 
-pub use super::markers::HARNESS_PREFIX;
+pub use crate::sys::markers::HARNESS_PREFIX;
 
 /// Seconds as the user wrote them: 45, 0.5.
 pub fn secs(d: Duration) -> String {

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::{signal_group, HARNESS_PREFIX};
 
-use crate::env::procs::{self, FdTarget};
-use crate::os::{is_gpu_node, is_nccl_shm, is_nccl_socket};
+use crate::sys::names::{is_gpu_node, is_nccl_shm, is_nccl_socket};
+use crate::sys::procs::{self, FdTarget};
 
 /// How a process is recognised as the cell's: its process group, or this variable in its environment
 /// (set on every process the cell starts, inherited by their children, even after setsid).
@@ -100,7 +100,7 @@ impl Leftovers {
 /// Where NCCL's shm files are looked for: /dev/shm, or `EPDOCTOR_SHM_DIR` (a test hook, so tests
 /// do not share /dev/shm with each other or with real jobs).
 pub fn shm_dir() -> PathBuf {
-    std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| "/dev/shm".into())
+    std::env::var_os("EPDOCTOR_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| crate::sys::SHM_DIR.into())
 }
 
 /// NCCL shm files present before the cell, so only new ones count. (Files outlive their creators,
@@ -182,7 +182,7 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             continue;
         }
         let Some(stat) = procs::stat(&dir) else { continue };
-        if matches!(stat.state, 'Z' | 'X' | 'x') {
+        if !stat.is_live() {
             continue;
         }
         let member = m.pgids.contains(&stat.pgrp)

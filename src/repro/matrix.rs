@@ -287,7 +287,7 @@ pub fn count_gpus() -> usize {
         // CUDA stops at the first invalid entry; "-1" or "" hides every GPU.
         return v.split(',').map(str::trim).take_while(|s| !s.is_empty() && !s.starts_with('-')).count();
     }
-    std::fs::read_dir("/proc/driver/nvidia/gpus").map(|rd| rd.flatten().count()).unwrap_or(0)
+    crate::sys::procs::nvidia_gpu_count()
 }
 
 #[cfg(test)]

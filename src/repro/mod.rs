@@ -11,7 +11,6 @@ pub mod compare;
 pub mod interrupt;
 pub mod launch;
 pub mod leftovers;
-pub mod markers;
 pub mod matrix;
 pub mod nccl_axis;
 pub mod result;
@@ -46,8 +45,8 @@ pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.
 fn report_md(run: &Run, dir: &Path) -> String {
     let mut r = crate::output::redact::Redactor::new();
-    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        r.learn_host(h.trim());
+    if let Some(h) = crate::sys::hostname() {
+        r.learn_host(&h);
     }
     render::markdown(run, dir, &mut crate::output::markdown::Md::new(Some(&mut r)), 1)
 }

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::Outcome;
 use super::leftovers::Leftovers;
-use super::markers::RankMarkers;
 use crate::model::{Severity, Verdict};
+use crate::sys::markers::RankMarkers;
 
 pub const SCHEMA_VERSION: u32 = 1;
 pub const CELLS_FILE: &str = "cells.json";

@@ -429,7 +429,7 @@ pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
     if kill {
         lo::kill_all(&m, &mut procs, Duration::from_secs(5));
     }
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let node = crate::sys::hostname().unwrap_or_default();
     NodeLeftovers {
         node,
         cell: cell.into(),

@@ -121,7 +121,7 @@ fn is_python(pid: i32, cmd: &str) -> bool {
 
 /// `RANK` from the environment the process was started with (torchrun, our launchers).
 fn env_rank(pid: i32) -> Option<String> {
-    crate::env::procs::environ_var(Path::new(&format!("/proc/{pid}")), "RANK")
+    crate::sys::procs::environ_var(Path::new(&format!("/proc/{pid}")), "RANK")
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
 }
 

@@ -55,6 +55,16 @@ pub struct RuleDef {
     /// is the cause.
     #[serde(default)]
     pub precursor_of: Vec<String>,
+    /// A wrapper of a cause, not a cause: 1 for a report that names a failure only by its effect
+    /// (a watchdog timeout, a remote error surfaced in torch), 2 for a generic banner (a launcher's
+    /// summary of a Python exception, a native-crash banner, std::terminate, ChildFailedError).
+    /// The primary comes from the lowest level present, so a wrapper never outranks a cause.
+    #[serde(default)]
+    pub wrapper: u8,
+    /// Lines that show the retry or wait this rule reports succeeded (`The client socket has
+    /// connected`): such a line after the finding's first makes it one harmless record.
+    #[serde(default)]
+    pub resolved_by: Vec<String>,
     /// A teardown-kind message: what it means when printed after the run's last success marker
     /// on a run seen to succeed (then it is benign, with this text as its context).
     #[serde(default)]

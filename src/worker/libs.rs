@@ -55,15 +55,11 @@ pub fn ensure_nccl_lib(lib: &Path, scratch: &Path) -> Result<()> {
 
 /// Every mapped file of this process whose name starts with `libnccl`.
 pub fn loaded_nccl_files() -> Vec<PathBuf> {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
+    let maps = crate::sys::procs::mapped_files(Path::new("/proc/self")).unwrap_or_default();
     let mut out: Vec<PathBuf> = Vec::new();
-    for line in maps.lines() {
-        let Some(path) = line.split_whitespace().nth(5) else { continue };
-        let p = Path::new(path);
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnccl"))
-            && !out.iter().any(|o| o == p)
-        {
-            out.push(p.to_path_buf());
+    for (_, _, _, p) in maps {
+        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnccl")) && !out.contains(&p) {
+            out.push(p);
         }
     }
     out
@@ -71,7 +67,7 @@ pub fn loaded_nccl_files() -> Vec<PathBuf> {
 
 /// One line naming every missing library, or Ok.
 pub fn check_present(need_nccl: bool) -> Result<()> {
-    let cuda = crate::cuda::present();
+    let cuda = crate::sys::cuda::present();
     let nvrtc = kernels::nvrtc_present();
     // SAFETY: only dlopen/dlclose of candidate names.
     let nccl = !need_nccl || unsafe { cudarc::nccl::sys::is_culib_present() };

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction, CUstream};
 
-use crate::cuda::{self as cu, CuError};
 use crate::model::version::boundary::{NCCL_FINALIZE, NCCL_MULTI_RANK_GPU};
 use crate::model::version::Version;
-use crate::repro::markers;
+use crate::sys::cuda::{self as cu, CuError};
+use crate::sys::markers;
 use nccl::NcclFail;
 use rendezvous::Rendezvous;
 use workload::{Layout, Shape, SignalLayout};

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::sys::procs;
+
 pub const NCCL_ID_FILE: &str = "nccl-id";
 
 pub struct Rendezvous {
@@ -78,7 +80,7 @@ impl Rendezvous {
     /// Wait until the process is gone (or a zombie, which its launcher has yet to reap).
     pub fn wait_exited(&self, pid: i32) -> Result<Duration> {
         let start = Instant::now();
-        while process_alive(pid) {
+        while procs::alive(pid) {
             if start.elapsed() > self.timeout {
                 bail!("process {pid} still running after {:.0} s", self.timeout.as_secs_f64());
             }
@@ -94,16 +96,6 @@ fn poll_interval(start: Instant) -> Duration {
         Duration::from_micros(500)
     } else {
         Duration::from_millis(10)
-    }
-}
-
-pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name, which may itself hold spaces.
-        Ok(s) => {
-            s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X")
-        }
-        Err(_) => false,
     }
 }
 
@@ -175,12 +167,6 @@ pub fn ensure_dir(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn own_process_is_alive_and_a_bogus_pid_is_not() {
-        assert!(process_alive(std::process::id() as i32));
-        assert!(!process_alive(i32::MAX));
-    }
 
     #[test]
     fn barrier_and_files_between_threads() {

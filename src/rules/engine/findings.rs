@@ -136,6 +136,7 @@ impl Engine {
                 first,
                 rule: r,
                 priority: d.priority,
+                wrapper: d.wrapper,
                 // A rule's own symptoms, and findings whose every line the record marks as a
                 // consequence (a chained exception, an error restated by its `Last error:`).
                 symptom: d.symptom || (a.causes == 0 && !ignored_only),
@@ -159,6 +160,8 @@ pub(crate) struct Cand {
     pub(crate) first: Hit,
     pub(crate) rule: usize,
     pub(crate) priority: i32,
+    /// The rule's wrapper level (`wrapper`): 0 a cause, 1 an effect, 2 a generic banner.
+    pub(crate) wrapper: u8,
     pub(crate) symptom: bool,
     /// Benign noise that a failure in the run turns into a symptom.
     pub(crate) demotable: bool,

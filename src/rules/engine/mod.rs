@@ -84,6 +84,8 @@ enum Internal {
 
 enum Slot {
     Rule(usize),
+    /// A line showing that what rule N reports was resolved (`resolved_by`).
+    Resolves(usize),
     Marker(usize),
     Outcome(usize),
     Internal(Internal),
@@ -131,6 +133,12 @@ impl Engine {
             for p in &r.def.patterns {
                 pats.push(schema::ascii_word_boundaries(p));
                 slots.push(Slot::Rule(i));
+            }
+        }
+        for (i, r) in rules.iter().enumerate() {
+            for p in &r.def.resolved_by {
+                pats.push(schema::ascii_word_boundaries(p));
+                slots.push(Slot::Resolves(i));
             }
         }
         for (i, (m, _)) in markers.iter().enumerate() {
@@ -268,6 +276,7 @@ impl Engine {
         let outcome = self.outcome(&st, &ranks);
         self.after_success(&mut findings, &st, outcome.status);
         self.apply_outcome(&mut findings, outcome.status);
+        self.resolved(&mut findings, &st);
         self.precursors(&mut findings);
         self.version_readings(&mut findings, &vs);
         let primary_idx = primary(&findings, &st);

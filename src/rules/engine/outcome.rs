@@ -58,6 +58,27 @@ impl Engine {
         }
     }
 
+    /// A retry or wait followed by the line that shows it succeeded (`resolved_by`, e.g. the store
+    /// client that connected after retrying) is one harmless record, whatever else the run shows.
+    pub(crate) fn resolved(&self, findings: &mut [Cand], st: &State) {
+        for c in findings.iter_mut() {
+            let done = st
+                .resolved
+                .iter()
+                .filter(|(r, _)| *r == c.rule)
+                .map(|(_, h)| h)
+                .find(|h| happened_before(&c.first, h) == Some(true));
+            let Some(h) = done else { continue };
+            let at = format!("{}:{}", st.names.get(h.source).map(String::as_str).unwrap_or("?"), h.line);
+            c.finding.benign = true;
+            c.finding.severity = c.finding.severity.min(Severity::Info);
+            c.demotable = false;
+            c.symptom = false;
+            c.finding.context =
+                Some(format!("it then succeeded ({at}: `{}`): a retry that worked, not a failure", h.text));
+        }
+    }
+
     /// `needs_success` and `success_seen` rules: benign only on a run seen to succeed.
     /// An error finding of another rule reads as a failure here too (it is why the optional
     /// transport matters), though it does not decide the run's outcome.

@@ -75,12 +75,22 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
             .unwrap_or_else(|| (-a.priority, st.canon(&a.first)) < (-b.priority, st.canon(&b.first)))
     };
     let pick = |c: &mut dyn Iterator<Item = usize>| c.reduce(|x, y| if before(y, x) { y } else { x });
-    let actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    let mut actionable: Vec<usize> = (0..findings.len()).filter(|&i| findings[i].actionable()).collect();
+    // A generic banner (wrapper level 2: std::terminate, a launcher's exception summary, a crash
+    // banner) is the primary only when nothing else is actionable, its own wrapped cause included.
+    if actionable.iter().any(|&i| findings[i].wrapper < 2) {
+        actionable.retain(|&i| findings[i].wrapper < 2);
+    }
     if let Some(i) = pick(&mut actionable.iter().copied().filter(|&i| findings[i].lead)) {
         return Some(i);
     }
     if !actionable.is_empty() {
-        return pick(&mut actionable.iter().copied().filter(|&i| !findings[i].symptom)).or_else(|| {
+        // Causes before effects before generic banners: a wrapper never outranks what it wraps.
+        let level = actionable.iter().filter(|&&i| !findings[i].symptom).map(|&i| findings[i].wrapper).min();
+        return pick(
+            &mut actionable.iter().copied().filter(|&i| !findings[i].symptom && Some(findings[i].wrapper) == level),
+        )
+        .or_else(|| {
             // Only symptoms: the one closest to the cause (highest priority), then the earliest.
             let top = actionable.iter().map(|&i| findings[i].priority).max();
             pick(&mut actionable.iter().copied().filter(|&i| Some(findings[i].priority) == top))

@@ -275,7 +275,13 @@ impl Engine {
                 src.ranks.insert(r);
             }
         }
-        let (mut cands, outcome) = self.slot_hits(st, src, line, &rec, matches);
+        let (mut cands, outcome, resolves) = self.slot_hits(st, src, line, &rec, matches);
+        for r in resolves {
+            st.add_resolved(
+                r,
+                Hit { source: src.idx, line: l.line, ts: rec.ts.or(l.ts), text: clip(l.raw), ..Hit::default() },
+            );
+        }
         let phase = src.phase;
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Highest priority first, then file order.
@@ -328,9 +334,10 @@ impl Engine {
         line: &str,
         rec: &log::Record<'_>,
         matches: Vec<usize>,
-    ) -> (Vec<usize>, Option<Outcome>) {
+    ) -> (Vec<usize>, Option<Outcome>, Vec<usize>) {
         let mut cands: Vec<usize> = Vec::new();
         let mut outcome = None;
+        let mut resolves = Vec::new();
         for m in matches {
             match self.slots[m] {
                 Slot::Rule(r) => {
@@ -346,6 +353,7 @@ impl Engine {
                     }
                 }
                 Slot::Outcome(i) => outcome = Some(self.outcome_markers[i].outcome),
+                Slot::Resolves(r) => resolves.push(r),
                 Slot::Internal(Internal::NcclVersion) => {
                     if let Some(c) = self.nccl_version_re.captures(line) {
                         add_version(&mut st.nccl_versions, format!("{}{}", &c[1], &c[2]));
@@ -372,7 +380,7 @@ impl Engine {
                 }
             }
         }
-        (cands, outcome)
+        (cands, outcome, resolves)
     }
 
     /// Record the line's fingerprint site and, for a message NCCL prints at different levels by

@@ -190,6 +190,8 @@ pub(crate) struct State {
     pub(crate) last_success: BTreeMap<usize, Hit>,
     pub(crate) unrelated: Vec<Hit>,
     pub(crate) unrelated_dropped: u64,
+    /// Lines that resolve what a rule reports (`resolved_by`): (rule, the line), the first few per rule.
+    pub(crate) resolved: Vec<(usize, Hit)>,
     /// Inputs cut short (the --max-bytes limit).
     pub(crate) unread: Vec<String>,
 }
@@ -264,6 +266,9 @@ impl State {
         for (k, h) in o.outcomes {
             self.outcomes.push((k, shift(h)));
         }
+        for (r, h) in o.resolved {
+            self.resolved.push((r, shift(h)));
+        }
         self.outcome_counts.0 += o.outcome_counts.0;
         self.outcome_counts.1 += o.outcome_counts.1;
         for (src, h) in o.last_success {
@@ -325,6 +330,12 @@ impl State {
 
     pub(crate) fn unexplained_of(&self, h: Hit) -> Unexplained {
         Unexplained { source: self.names.get(h.source).cloned().unwrap_or_default(), line: h.line, text: h.text }
+    }
+
+    pub(crate) fn add_resolved(&mut self, rule: usize, h: Hit) {
+        if self.resolved.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
+            self.resolved.push((rule, h));
+        }
     }
 
     pub(crate) fn add_outcome(&mut self, o: Outcome, h: &Hit) {

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub use crate::model::env::{Holder, SysvSegment};
+
 /// One line of /proc/net/unix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnixSocket {
@@ -47,21 +49,6 @@ pub fn parse_net_unix(text: &str) -> Vec<UnixSocket> {
         out.push(UnixSocket { inode, path, kind, state });
     }
     out
-}
-
-/// One SysV shared-memory segment from /proc/sysvipc/shm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SysvSegment {
-    pub key: i64,
-    pub shmid: u64,
-    /// As the kernel prints it (octal).
-    pub perms: String,
-    pub size: u64,
-    pub cpid: i32,
-    pub nattch: u64,
-    pub uid: u64,
-    /// Filled in by the caller: is the creator pid alive in our pid namespace?
-    pub creator_alive: Option<bool>,
 }
 
 /// /proc/sysvipc/shm, by header names so that a kernel with extra columns still parses.
@@ -204,6 +191,17 @@ pub fn parse_nvidia_driver_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The NVIDIA kernel module's version (None without the driver).
+pub fn nvidia_driver_version() -> Option<String> {
+    std::fs::read_to_string("/proc/driver/nvidia/version").ok().and_then(|t| parse_nvidia_driver_version(&t))
+}
+
+/// How many GPUs the NVIDIA driver lists (one folder each under /proc/driver/nvidia/gpus; 0
+/// without the driver).
+pub fn nvidia_gpu_count() -> usize {
+    std::fs::read_dir("/proc/driver/nvidia/gpus").map(|rd| rd.flatten().count()).unwrap_or(0)
+}
+
 /// PRETTY_NAME from /etc/os-release.
 pub fn parse_os_release(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim().trim_matches('"').to_string())
@@ -222,6 +220,18 @@ pub struct Stat {
     /// R, S, D, Z (zombie), X (dead), ...
     pub state: char,
     pub pgrp: i32,
+}
+
+impl Stat {
+    /// Neither a zombie nor dead (`x` is the dead state of kernels 2.6.33 to 3.13).
+    pub fn is_live(&self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Whether `pid` is a live process (not a zombie) of our pid namespace.
+pub fn alive(pid: i32) -> bool {
+    stat(Path::new(&format!("/proc/{pid}"))).is_some_and(|s| s.is_live())
 }
 
 /// The process folder `dir` (`/proc/<pid>`, or a copy of one), opened through procfs.
@@ -281,8 +291,9 @@ pub fn fd_targets(dir: &Path) -> std::io::Result<Vec<FdTarget>> {
         .collect())
 }
 
-/// The file mappings of the process folder `dir`: (dev major, dev minor, inode, path).
-fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>> {
+/// The file mappings of the process folder `dir` (`/proc/self`: this process): (dev major, dev
+/// minor, inode, path).
+pub fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>> {
     let maps = process(dir)?.maps().map_err(io_error)?;
     Ok(maps
         .into_iter()
@@ -291,13 +302,6 @@ fn mapped_files(dir: &Path) -> std::io::Result<Vec<(u32, u32, u64, PathBuf)>> {
             _ => None,
         })
         .collect())
-}
-
-/// A live process that holds something we asked about.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Holder {
-    pub pid: i32,
-    pub comm: String,
 }
 
 /// What one pass over /proc/*/fd and /proc/*/maps saw.
@@ -396,7 +400,7 @@ impl ProcScan {
         for (path, holders) in &self.fd_paths {
             let p = path.to_string_lossy();
             if let Some(dev) = p.strip_prefix("/dev/") {
-                if crate::os::is_nvidia_node(&p) {
+                if super::names::is_nvidia_node(&p) {
                     for h in holders {
                         out.entry(h.clone()).or_default().insert(dev.to_string());
                     }
@@ -443,6 +447,19 @@ mod tests {
         assert_eq!(stat(d.path()), Some(Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 }));
     }
 
+    #[test]
+    fn own_process_is_alive_and_a_bogus_pid_is_not() {
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(i32::MAX));
+    }
+
+    #[test]
+    fn own_mappings_name_the_test_binary() {
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let maps = mapped_files(Path::new("/proc/self")).unwrap();
+        assert!(maps.iter().any(|(.., p)| *p == exe), "{exe:?} not in {maps:?}");
+    }
+
     struct Dir(PathBuf);
     impl Dir {
         fn path(&self) -> &Path {
@@ -461,7 +478,7 @@ mod tests {
         assert_eq!(v.len(), 3);
         assert_eq!(v[0].path, None);
         assert_eq!(v[1].path.as_deref(), Some("@/tmp/nccl-socket-0-2a3f"));
-        assert!(crate::os::is_nccl_socket(v[1].path.as_deref().unwrap()));
+        assert!(crate::sys::names::is_nccl_socket(v[1].path.as_deref().unwrap()));
         assert_eq!(v[2].path.as_deref(), Some("/run/my sock"));
     }
 

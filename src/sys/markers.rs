@@ -1,10 +1,11 @@
 //! The worker's marker lines: `[epdoctor] rank=R phase=P t=SECS` and `[epdoctor] rank=R key=value ...`.
+//! The worker writes them, repro reads them into [`RankMarkers`] (a part of the run's model).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+pub use crate::model::markers::RankMarkers;
 
 pub const PREFIX: &str = "[epdoctor] ";
 /// The harness's own lines in harness.log (exits, signals, leftovers).
@@ -24,38 +25,6 @@ pub fn phase(rank: usize, p: &str, t: f64) -> String {
 pub fn note(rank: usize, text: &str) -> String {
     line(rank, format_args!("note: {text}"))
 }
-pub const PHASES: &[&str] = &["init", "work", "teardown-start", "teardown-end"];
-
-/// What one rank said about itself.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RankMarkers {
-    /// Phase name -> unix time (seconds) at which the rank entered it.
-    pub phases: BTreeMap<String, f64>,
-    /// Every other key=value (the last value wins).
-    pub keys: BTreeMap<String, String>,
-    /// Free text after `note:` (e.g. which transport NCCL was left with).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-    /// The rank's last marker line without the prefix and rank: where a hung rank got to.
-    #[serde(default)]
-    pub last: String,
-}
-
-impl RankMarkers {
-    /// The last phase the rank reached, in the worker's order.
-    pub fn last_phase(&self) -> Option<&'static str> {
-        PHASES.iter().rev().find(|p| self.phases.contains_key(**p)).copied()
-    }
-
-    /// Teardown seconds: from the phase markers, else the worker's own `teardown_s`.
-    pub fn teardown_s(&self) -> Option<f64> {
-        match (self.phases.get("teardown-start"), self.phases.get("teardown-end")) {
-            (Some(a), Some(b)) if b >= a => Some(b - a),
-            _ => self.keys.get("teardown_s").and_then(|v| v.parse().ok()),
-        }
-    }
-}
-
 /// Markers of every rank found in `text`, keyed by the `rank=` field (lines without one are skipped).
 pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
     let mut out: BTreeMap<String, RankMarkers> = BTreeMap::new();
