@@ -115,11 +115,16 @@ impl Finished {
 pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
-    // NCCL releases by version (fetched or from the cache) become library paths first.
+    let host = matrix::Host::from_process();
+    let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    // Everything but --nccl is checked first, so that a bad flag costs no download; then NCCL
+    // releases by version (fetched, or from the cache) become library paths.
+    if let Err(p) = matrix::plan(args, &host) {
+        problems.extend(p);
+    }
     let resolved = nccl_axis::resolve(args, &mut problems)?;
     let args = &resolved.config;
-    let plan = matrix::plan(args, &matrix::Host::from_process()).map_err(|p| problems.extend(p)).ok();
-    let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
+    let plan = if problems.is_empty() { matrix::plan(args, &host).map_err(|p| problems.extend(p)).ok() } else { None };
     if let (Some(b), Some(e)) = (&resolved.bisect, &engine) {
         if !b.finding.starts_with("outcome:") && !e.rules.iter().any(|r| r.def.id == b.finding) {
             problems.push(format!(

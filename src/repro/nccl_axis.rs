@@ -41,6 +41,10 @@ pub fn resolve(args: &Config, problems: &mut Vec<String>) -> Result<Resolved> {
             Err(e) => problems.push(format!("{e:#}")),
         }
     }
+    // A usage problem anywhere: fetch nothing (the run will not happen).
+    if !problems.is_empty() {
+        return Ok(Resolved { config, bisect: None, uses_loader: false });
+    }
     let needs_fetcher = args.bisect_nccl.is_some() || specs.iter().any(|s| matches!(s, Spec::Release(_)));
     let fetcher = if needs_fetcher { Some(Fetcher::new(options(args)).fetch()?) } else { None };
 

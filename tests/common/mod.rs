@@ -20,6 +20,7 @@ const INHERITED: &[&str] = &[
     "EPDOCTOR_SHM_DIR",
     "EPDOCTOR_TORCH",
     "EPDOCTOR_LINT_FORMAT",
+    "EPDOCTOR_PIP",
 ];
 
 pub fn bin() -> PathBuf {
