@@ -86,14 +86,7 @@ pub fn lint_files(files: &[PathBuf], opts: &Options) -> Result<LintReport> {
         let name = f.display().to_string();
         match source::decode(&bytes) {
             Ok(text) => texts.push((f.clone(), name, text)),
-            Err(e) => bad.push(Evidence {
-                source: name,
-                line: e.line,
-                rank: None,
-                text: e.text,
-                detail: None,
-                column: Some(e.column),
-            }),
+            Err(e) => bad.push(error_at(name, e.line, e.column, e.text)),
         }
     }
     let fixed = match opts.torch {
@@ -158,14 +151,7 @@ fn run(sources: Vec<(String, String, torch::TorchEnv)>) -> Result<LintReport> {
                 modules.push(m);
                 envs.push(env);
             }
-            Err(e) => errors.push(Evidence {
-                source: name,
-                line: e.line,
-                rank: None,
-                text: e.text,
-                detail: None,
-                column: Some(e.column),
-            }),
+            Err(e) => errors.push(error_at(name, e.line, e.column, e.text)),
         }
     }
     let program = eval::Program::new(modules);
@@ -331,6 +317,11 @@ fn edit(p: &eval::Program, c: &check::Check, site: &eval::Site) -> Option<Fix> {
         out.push(span(call.start + i, call.start + i + to.0.len(), to.1.clone()));
     }
     (!out.is_empty()).then(|| (e.description.trim().to_string(), out))
+}
+
+/// A file lint could not read (a bad encoding) or parse, at its line and column.
+fn error_at(source: String, line: u64, column: u64, text: String) -> Evidence {
+    Evidence { source, line, rank: None, text, detail: None, column: Some(column) }
 }
 
 /// The fixtures of rules/lint/fixtures/: each file's `# expect: CHECK LINE` lines are exactly its

@@ -88,9 +88,7 @@ impl Engine {
             .iter()
             .any(|c| !conditional(c) && !c.precursor && c.actionable() && c.finding.severity >= Severity::Error);
         let outcome = if error_elsewhere { RunOutcome::Failed } else { outcome };
-        for c in
-            findings.iter_mut().filter(|c| self.rules[c.rule].def.needs_success || self.rules[c.rule].def.success_seen)
-        {
+        for c in findings.iter_mut().filter(|c| conditional(c)) {
             match outcome {
                 RunOutcome::Succeeded => {}
                 RunOutcome::Failed => {
