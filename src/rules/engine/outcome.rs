@@ -43,13 +43,17 @@ impl Engine {
         }
         for c in findings.iter_mut() {
             let Some(meaning) = &self.rules[c.rule].def.after_success else { continue };
-            let last = st.last_success.get(&c.first.source).or_else(|| {
-                // Another input's marker counts only where timestamps order the two.
+            // Line order decides only within a log of one input; across inputs only timestamps do
+            // (which hit is first must not depend on the order the inputs were given in).
+            let single = st.names.len() == 1;
+            let last = if single {
+                st.last_success.get(&c.first.source)
+            } else {
                 st.last_success
                     .values()
                     .filter(|h| h.ts.is_some() && c.first.ts.is_some())
                     .max_by(|a, b| a.ts.partial_cmp(&b.ts).unwrap_or(std::cmp::Ordering::Equal))
-            });
+            };
             let Some(last) = last.filter(|l| happened_before(l, &c.first) == Some(true)) else { continue };
             let at = format!("{}:{}", st.names.get(last.source).map(String::as_str).unwrap_or("?"), last.line);
             c.finding.benign = true;
