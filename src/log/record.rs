@@ -239,7 +239,7 @@ pub fn looks_like_error(line: &str) -> bool {
     let l = line.to_ascii_lowercase();
     // The frames of a C++ exception's message, which follow the line that named it.
     let t = line.trim_start();
-    if t.starts_with("Exception raised from") || t.starts_with("frame #") {
+    if t.starts_with("Exception raised from") || t.starts_with("frame #") || is_heading_or_header(t) {
         return false;
     }
     let words = [
@@ -311,6 +311,26 @@ pub fn looks_like_error(line: &str) -> bool {
         }
     }
     false
+}
+
+/// A section heading (`Errors` over its `======`) or a table's header row, where `error` is a
+/// column's title (nccl-tests' `... busbw  error`, NCCL RAS's `Status  Errors`): at least four
+/// cells apart by two or more spaces (padded: two gaps of three at least), none with a digit, a
+/// colon or more than 24 characters.
+fn is_heading_or_header(t: &str) -> bool {
+    let t = t.trim_end();
+    if matches!(t, "Errors" | "Failures" | "ERRORS" | "FAILURES") {
+        return true;
+    }
+    let cells: Vec<&str> = t.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    // Padding to a column's width, twice at least (prose has single spaces, a typo two).
+    t.matches("   ").count() >= 2
+        && cells.len() >= 4
+        && cells.iter().all(|c| {
+            c.len() <= 24
+                && c.bytes().all(|b| b.is_ascii_alphabetic() || b" #()/%_-.".contains(&b))
+                && !c.ends_with('.')
+        })
 }
 
 /// A Python warning (`/path/mod.py:12: FutureWarning: ...`) from a module outside
@@ -566,6 +586,23 @@ fn unix_to_year_secs(t: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_titles_and_headings_are_not_errors() {
+        // nccl-tests' header (NVIDIA/nccl-tests, aws-ofi-nccl#65) and NCCL RAS's table (NVIDIA/nccl#1911).
+        for l in [
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+            "Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors",
+            "Errors",
+        ] {
+            assert!(!looks_like_error(l), "{l}");
+        }
+        for l in
+            ["Killed", "Error", "RuntimeError  failed  to  connect  store", "step 10  loss 0.2  error  rank 3  failed"]
+        {
+            assert!(looks_like_error(l), "{l}");
+        }
+    }
 
     #[test]
     fn nccl_warn_with_timestamp_and_func() {

@@ -547,7 +547,8 @@ fn is_wrapped_c10_header(msg: &str) -> bool {
 /// wrapped it (torch's messages end in `.`, `)` or a value, rarely in a plain word).
 fn may_wrap(msg: &str) -> bool {
     let b = msg.as_bytes();
-    if b.len() < 40 || b[0] != b'[' || !matches!(b[1], b'W' | b'E' | b'F') || !b[2].is_ascii_digit() {
+    // `[W1129 13:54:38.758 file:line]` and torch < 2.0's `[W file:line]`.
+    if b.len() < 40 || b[0] != b'[' || !matches!(b[1], b'W' | b'E' | b'F') || !(b[2].is_ascii_digit() || b[2] == b' ') {
         return false;
     }
     let Some(close) = msg.find("] ") else { return false };

@@ -65,6 +65,10 @@ pub struct RuleDef {
     /// connected`): such a line after the finding's first makes it one harmless record.
     #[serde(default)]
     pub resolved_by: Vec<String>,
+    /// Texts of the line that says the most of this rule's lines (the heartbeat monitor's fatal
+    /// `watchdog got stuck` after its `timed out`): the first line holding one leads the evidence.
+    #[serde(default)]
+    pub lead_text: Vec<String>,
     /// A teardown-kind message: what it means when printed after the run's last success marker
     /// on a run seen to succeed (then it is benign, with this text as its context).
     #[serde(default)]

@@ -88,8 +88,10 @@ impl Engine {
                 })
                 .cloned()
                 .unwrap_or_default();
+            let lead = a.hits.iter().find(|h| d.lead_text.iter().any(|t| h.text.contains(t.as_str())));
+            let head = lead.unwrap_or(&first);
             let mut ev: Vec<&Hit> =
-                a.hits.iter().filter(|h| h.source == first.source && h.line == first.line).take(1).collect();
+                a.hits.iter().filter(|h| h.source == head.source && h.line == head.line).take(1).collect();
             for h in &a.hits {
                 if ev.len() >= opts.evidence.max(1) {
                     break;

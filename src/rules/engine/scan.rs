@@ -440,6 +440,9 @@ impl Engine {
     /// `matches`, where only the patterns `cands` (ascending) can match: each is run alone, which
     /// on a line that passes the prefilter costs less than the whole set.
     pub(crate) fn matches_among(&self, line: &str, cands: &[usize]) -> Vec<usize> {
+        if let Some(plain) = plain_quotes(line) {
+            return self.matches_among(&plain, cands);
+        }
         if self.ascii_set.is_none() || REFERENCE.with(std::cell::Cell::get) {
             return self.matches(line);
         }
@@ -460,6 +463,9 @@ impl Engine {
     /// ASCII, and a Unicode set of every rule is many times slower per line and costs seconds to
     /// compile. (`\w`, `\d`, `\s` then do not take non-ASCII letters, digits or spaces.)
     pub(crate) fn matches(&self, line: &str) -> Vec<usize> {
+        if let Some(plain) = plain_quotes(line) {
+            return self.matches(&plain);
+        }
         if let (Some(set), false) = (&self.ascii_set, REFERENCE.with(std::cell::Cell::get)) {
             return set.matches(line.as_bytes()).into_iter().collect();
         }
@@ -470,6 +476,22 @@ impl Engine {
             }
         }
     }
+}
+
+/// `line` with typographic quotes made plain, when it has any: a log pasted outside a code block
+/// on GitHub reaches people with `‘invalid argument’`, and patterns are written with ASCII quotes
+/// (the evidence keeps the line as it was).
+fn plain_quotes(line: &str) -> Option<String> {
+    const CURLY: [char; 4] = ['\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}'];
+    line.contains(CURLY).then(|| {
+        line.chars()
+            .map(|c| match c {
+                '\u{2018}' | '\u{2019}' => '\'',
+                '\u{201C}' | '\u{201D}' => '"',
+                c => c,
+            })
+            .collect()
+    })
 }
 
 /// A line (or a record's part) as the matcher takes it.
