@@ -69,6 +69,9 @@ pub struct RuleDef {
     /// `watchdog got stuck` after its `timed out`): the first line holding one leads the evidence.
     #[serde(default)]
     pub lead_text: Vec<String>,
+    /// The last such line leads instead (torchelastic prints the root cause's record last).
+    #[serde(default)]
+    pub lead_last: bool,
     /// A teardown-kind message: what it means when printed after the run's last success marker
     /// on a run seen to succeed (then it is benign, with this text as its context).
     #[serde(default)]

@@ -88,7 +88,8 @@ impl Engine {
                 })
                 .cloned()
                 .unwrap_or_default();
-            let lead = a.hits.iter().find(|h| d.lead_text.iter().any(|t| h.text.contains(t.as_str())));
+            let leads = |h: &&Hit| d.lead_text.iter().any(|t| h.text.contains(t.as_str()));
+            let lead = if d.lead_last { a.hits.iter().rfind(leads) } else { a.hits.iter().find(leads) };
             let head = lead.unwrap_or(&first);
             let mut ev: Vec<&Hit> =
                 a.hits.iter().filter(|h| h.source == head.source && h.line == head.line).take(1).collect();
