@@ -140,6 +140,11 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub unexplained: bool,
 
+    /// Text: every finding's root cause, fix and evidence in full, and lines unclipped (by
+    /// default: the verdict, the outcome, the primary finding and a table, within 100 columns).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+
     /// Evidence lines shown per finding [default: 5 for the primary finding, 2 (text) or 3 (md) for the others].
     #[arg(long, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
     pub evidence: Option<usize>,

@@ -41,6 +41,7 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         redact: !args.no_redact,
         evidence: args.evidence.unwrap_or(5),
         evidence_others: others,
+        verbose: args.verbose,
         ..output::Options::new(args.format.output())
     };
     output::print(&output::render(&analysis, &o)?)?;

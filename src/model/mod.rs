@@ -162,6 +162,9 @@ pub struct Analysis {
     /// binary file): with any, the verdict is never `clean` or `benign`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<String>,
+    /// Why the verdict is what it is, in one line (the verdict step's own words).
+    #[serde(default)]
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::color::paint;
 use super::Options;
-use crate::model::{Analysis, Finding, RunOutcome, Severity, Verdict};
+use crate::model::{Analysis, Finding, Severity, Verdict};
 
 fn verdict_style(v: Verdict) -> Style {
     match v {
@@ -15,71 +15,57 @@ fn verdict_style(v: Verdict) -> Style {
     }
 }
 
-fn verdict_line(a: &Analysis) -> String {
-    let (v, outcome) = (a.verdict, a.outcome.status);
-    match v {
-        Verdict::Clean => {
-            let lines: u64 = a.inputs.iter().map(|i| i.lines).sum();
-            let files = a.inputs.len();
-            format!("no warnings or errors in {lines} line(s) of {files} input(s)")
-        }
-        Verdict::Unknown if a.unexplained.is_empty() && !a.unread.is_empty() => {
-            "part of the input could not be read, so nothing can be said of it (see `not read`)".into()
-        }
-        _ => verdict_text(v, outcome).into(),
-    }
-}
-
-fn verdict_text(v: Verdict, outcome: RunOutcome) -> &'static str {
-    match v {
-        Verdict::Clean => "no warnings or errors",
-        // "The run worked" only with a success line to show for it.
-        Verdict::Benign if outcome == RunOutcome::Succeeded => {
-            "only known noise, and the run succeeded (see outcome): nothing to fix for correctness"
-        }
-        Verdict::Benign => "only known noise; the log shows no success or failure line: check the job's exit status",
-        Verdict::Actionable => "a real problem: act on the primary finding below",
-        Verdict::Unknown => "warnings or errors that no rule explains (listed below)",
-    }
-}
+/// The short report's width: ids stay whole, evidence and table fit in it.
+const SHORT_WIDTH: usize = 100;
 
 pub fn render(a: &Analysis, opts: &Options) -> String {
     let mut s = String::new();
+    let v = opts.verbose;
+    // The reason wraps under itself; the verdict word stays first on the line for grep.
+    let lead = "verdict: ".len() + a.verdict.as_str().len() + 2;
+    let reason = if v { a.reason.clone() } else { wrap(&a.reason, SHORT_WIDTH - lead, lead) };
     let _ = writeln!(
         s,
         "{} {}  {}",
         paint("verdict:", Style::new().bold()),
         paint(a.verdict.as_str(), verdict_style(a.verdict)),
-        verdict_line(a)
+        reason
     );
+    if let Some(o) = outcome_line(a) {
+        let _ = writeln!(s, "{} {}", paint("outcome:", Style::new().bold()), clip(&o, v, SHORT_WIDTH - 9));
+        // (the markers themselves: --format json's outcome.success[] and outcome.failure[], or -v)
+    }
     for u in &a.unread {
         let _ = writeln!(s, "{} {u}", paint("not read:", Style::new().yellow().bold()));
     }
     let mut vers = Vec::new();
-    for v in &a.versions {
-        vers.push(format!(
-            "{} {} ({}{})",
-            v.component,
-            v.value,
-            v.how,
-            if v.how == "inferred" { format!(": {}", v.detail) } else { String::new() }
-        ));
+    for n in &a.versions {
+        let detail = if n.how == "inferred" && v { format!(": {}", n.detail) } else { String::new() };
+        vers.push(format!("{} {} ({}{detail})", n.component, n.value, n.how));
     }
     if !vers.is_empty() {
         let _ = writeln!(s, "versions: {}", vers.join("; "));
     }
     if let Some(p) = &a.primary {
         let head = if a.verdict == Verdict::Actionable { "primary finding" } else { "what it is" };
-        let _ = writeln!(s, "\n{} {}", paint(&format!("{head}:"), Style::new().bold()), finding_head(p));
-        write_finding_body(&mut s, p, opts.evidence);
+        let title = if v { finding_head(p) } else { wrap(&finding_head(p), SHORT_WIDTH - head.len() - 2, 4) };
+        let _ = writeln!(s, "\n{} {title}", paint(&format!("{head}:"), Style::new().bold()));
+        if v {
+            write_finding_body(&mut s, p, opts.evidence);
+        } else {
+            write_finding_short(&mut s, p);
+        }
     }
-    let others: Vec<&Finding> =
-        a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)).collect();
     if !a.findings.is_empty() {
         // Rule ids stay whole (they are copied into `rules show ID`).
         let mut t = super::rules::id_table(&["rule", "severity", "benign", "count", "ranks", "first seen"]);
+        if !v {
+            t.set_width(SHORT_WIDTH as u16);
+        }
         for f in &a.findings {
-            let first = f.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default();
+            // Short: the file's own name (the path is in the evidence and in -v).
+            let name = |src: &str| if v { src.to_string() } else { src.rsplit('/').next().unwrap_or(src).to_string() };
+            let first = f.evidence.first().map(|e| format!("{}:{}", name(&e.source), e.line)).unwrap_or_default();
             t.add_row([
                 f.rule.clone(),
                 f.severity.as_str().to_string(),
@@ -91,9 +77,11 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
         }
         let _ = writeln!(s, "\n{}\n{t}", paint("findings:", Style::new().bold()));
     }
-    for f in others {
-        let _ = writeln!(s, "\n{} {}", paint("-", Style::new().bold()), finding_head(f));
-        write_finding_body(&mut s, f, opts.evidence_others);
+    if v {
+        for f in a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)) {
+            let _ = writeln!(s, "\n{} {}", paint("-", Style::new().bold()), finding_head(f));
+            write_finding_body(&mut s, f, opts.evidence_others);
+        }
     }
     if !a.unexplained.is_empty() {
         let _ = writeln!(
@@ -102,11 +90,12 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
             paint("unexplained warning/error lines:", Style::new().yellow().bold()),
             a.unexplained.len()
         );
-        for u in a.unexplained.iter().take(20) {
-            let _ = writeln!(s, "  {}:{}: {}", u.source, u.line, u.text);
+        let shown = if v { 20 } else { 5 };
+        for u in a.unexplained.iter().take(shown) {
+            let _ = writeln!(s, "  {}", clip(&format!("{}:{}: {}", u.source, u.line, u.text), v, SHORT_WIDTH - 2));
         }
-        if a.unexplained.len() > 20 {
-            let _ = writeln!(s, "  ... {} more (see --format json)", a.unexplained.len() - 20);
+        if a.unexplained.len() > shown {
+            let _ = writeln!(s, "  ... {} more (see -v or --format json)", a.unexplained.len() - shown);
         }
     }
     if let Some(ts) = &a.unexplained_templates {
@@ -118,7 +107,86 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
     for n in &a.notes {
         let _ = writeln!(s, "\nnote: {n}");
     }
+    if !v && !a.findings.is_empty() {
+        let _ = writeln!(s, "\n(-v: every finding's root cause, fix and evidence; `epdoctor rules show ID`: one rule)");
+    }
     s
+}
+
+/// `succeeded (2 success markers, first: f:12 `...`; no failure marker)`; none when the log has
+/// no marker of either kind and the verdict does not depend on it.
+fn outcome_line(a: &Analysis) -> Option<String> {
+    let o = &a.outcome;
+    if o.success_markers == 0 && o.failure_markers == 0 && a.verdict == Verdict::Clean {
+        return None;
+    }
+    let side = |n: u64, ev: &[crate::model::Evidence], what: &str| match ev.first() {
+        Some(e) => format!(
+            "{n} {what} marker{}, first: {}:{} `{}`",
+            if n == 1 { "" } else { "s" },
+            e.source,
+            e.line,
+            e.text.trim()
+        ),
+        None => format!("no {what} marker"),
+    };
+    Some(format!(
+        "{} ({}; {})",
+        o.status.as_str(),
+        side(o.success_markers, &o.success, "success"),
+        side(o.failure_markers, &o.failure, "failure")
+    ))
+}
+
+/// The primary in short: the root cause and the fix as written (they are the report's point),
+/// one evidence line clipped to the width.
+fn write_finding_short(s: &mut String, f: &Finding) {
+    if let Some(c) = &f.context {
+        let _ = writeln!(s, "  {} {}", paint("context:", Style::new().yellow()), wrap(c, SHORT_WIDTH - 11, 4));
+    }
+    for (head, text) in [("root cause:", &f.root_cause), ("fix:", &f.fix)] {
+        let _ = writeln!(s, "  {}", paint(head, Style::new().bold()));
+        // Paragraphs as written, re-wrapped to the width.
+        for para in text.split("\n\n") {
+            let joined = para.split_whitespace().collect::<Vec<_>>().join(" ");
+            let _ = writeln!(s, "    {}", wrap(&joined, SHORT_WIDTH - 4, 4));
+        }
+    }
+    if let Some(e) = f.evidence.first() {
+        let rank = e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(", rank {r}")).unwrap_or_default();
+        let _ = writeln!(s, "  {} {}:{}{rank}", paint("evidence:", Style::new().bold()), e.source, e.line);
+        let _ = writeln!(s, "    {}", clip(e.text.trim(), false, SHORT_WIDTH - 4));
+    }
+}
+
+/// `text` wrapped at word boundaries to `width`, the lines after the first indented by `indent`.
+fn wrap(text: &str, width: usize, indent: usize) -> String {
+    let mut out = String::new();
+    let mut len = 0;
+    for w in text.split(' ') {
+        let n = w.chars().count();
+        if len > 0 && len + 1 + n > width {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            len = 0;
+        } else if len > 0 {
+            out.push(' ');
+            len += 1;
+        }
+        out.push_str(w);
+        len += n;
+    }
+    out
+}
+
+/// `text` cut to `width` characters with an ellipsis, unless `whole`.
+fn clip(text: &str, whole: bool, width: usize) -> String {
+    if whole || text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut t: String = text.chars().take(width.saturating_sub(1)).collect();
+    t.push('…');
+    t
 }
 
 fn finding_head(f: &Finding) -> String {

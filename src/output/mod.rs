@@ -42,11 +42,13 @@ pub struct Options {
     pub evidence_others: usize,
     /// Table width in columns (None: the terminal's, or unbounded off a terminal).
     pub width: Option<u16>,
+    /// Text: everything in full (`-v`); otherwise a short report within 100 columns.
+    pub verbose: bool,
 }
 
 impl Options {
     pub fn new(format: Format) -> Options {
-        Options { format, redact: true, evidence: 5, evidence_others: 2, width: None }
+        Options { format, redact: true, evidence: 5, evidence_others: 2, width: None, verbose: false }
     }
 }
 

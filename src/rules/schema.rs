@@ -85,6 +85,11 @@ pub struct RuleDef {
     /// a symptom when it failed, and "check that the run completed" when the log shows neither.
     #[serde(default)]
     pub needs_success: bool,
+    /// A teardown-kind message (an abort's chatter, a peer's closed store connection): harmless
+    /// only when the run finished, so on a log that shows neither success nor failure the verdict
+    /// is `unknown` ("looks like teardown noise, but the log does not show the run finishing").
+    #[serde(default)]
+    pub teardown: bool,
     /// Stricter `needs_success`: benign only when the log shows the run succeeded; with neither
     /// success nor failure seen, a warning that says what to check (the benign reading is the
     /// rarer one, e.g. NVSHMEM's IBGDA, which DeepEP's internode kernels need).

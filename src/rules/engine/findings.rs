@@ -103,6 +103,7 @@ impl Engine {
             }
             let evidence = ev.into_iter().map(|h| st.evidence_of(h, ranks.of(h))).collect();
             let mut rank_set: BTreeSet<u32> = a.hits.iter().filter_map(|h| ranks.of(h)).collect();
+            rank_set.extend(named_ranks(&d.patterns, &a.hits));
             for w in &a.who {
                 let h = Hit { source: w.3, rank: w.0, host: w.1.clone(), pid: w.2, launcher: w.4, ..Hit::default() };
                 rank_set.extend(ranks.of(&h));
@@ -148,6 +149,7 @@ impl Engine {
                 demotable: d.demote_on_failure || ignored_only,
                 precursor: !d.precursor_of.is_empty(),
                 lead: false,
+                undecided: false,
             });
         }
         // Display order: where each finding first appears.
@@ -156,6 +158,27 @@ impl Engine {
         });
         out
     }
+}
+
+/// Ranks a rule's lines name in their text (`(?P<rank>..)`, `(?P<ranks>3, 5)` groups: Flight
+/// Recorder's "rank 3 never joined", a stack's `rank=0`): the ranks the finding is about.
+fn named_ranks(patterns: &[String], hits: &[Hit]) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for p in patterns.iter().filter(|p| p.contains("(?P<rank>") || p.contains("(?P<ranks>")) {
+        let Ok(re) = regex::Regex::new(p) else { continue };
+        for h in hits {
+            // The text is the line as read: a pattern anchored at `^` may need its prefix gone.
+            let text = crate::log::strip_prefixes(&h.text).rest;
+            let Some(c) = re.captures(text).or_else(|| re.captures(&h.text)) else { continue };
+            for name in ["rank", "ranks"] {
+                let Some(m) = c.name(name) else { continue };
+                out.extend(
+                    m.as_str().split(|c: char| c == ',' || c.is_whitespace()).filter_map(|t| t.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// A finding of a catalogued message's class (rules/known-sites.toml): its title names the libraries
@@ -197,6 +220,8 @@ pub(crate) struct Cand {
     pub(crate) precursor: bool,
     /// A precursor whose downstream failure fired: it is the cause.
     pub(crate) lead: bool,
+    /// Harmless only if the run finished, and the log does not say whether it did: `unknown`.
+    pub(crate) undecided: bool,
 }
 
 impl Cand {

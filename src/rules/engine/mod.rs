@@ -284,6 +284,7 @@ impl Engine {
         self.after_success(&mut findings, &st, outcome.status);
         self.apply_outcome(&mut findings, outcome.status);
         self.resolved(&mut findings, &st);
+        self.teardown_undecided(&mut findings, outcome.status);
         self.precursors(&mut findings);
         self.version_readings(&mut findings, &vs);
         let primary_idx = primary(&findings, &st);
@@ -329,10 +330,11 @@ impl Engine {
             verdict::verdict(&findings, total_unexplained, !unread.is_empty())
         };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
+        let undecided: Vec<String> = findings.iter().filter(|c| c.undecided).map(|c| c.finding.rule.clone()).collect();
         for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
             s.ranks = ranks.iter().copied().collect();
         }
-        Analysis {
+        let mut a = Analysis {
             schema_version: SCHEMA_VERSION,
             tool_version: crate::VERSION.to_string(),
             verdict,
@@ -348,7 +350,10 @@ impl Engine {
             outcome,
             unrelated,
             unread,
-        }
+            reason: String::new(),
+        };
+        a.reason = verdict::reason(&a, &undecided);
+        a
     }
 }
 

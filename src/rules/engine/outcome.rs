@@ -62,6 +62,23 @@ impl Engine {
         }
     }
 
+    /// Teardown-kind noise (`teardown`) on a log that shows neither success nor failure: it may
+    /// be the tail of a run that worked or of one that failed, so it decides nothing: `unknown`.
+    pub(crate) fn teardown_undecided(&self, findings: &mut [Cand], outcome: RunOutcome) {
+        if outcome != RunOutcome::Unknown {
+            return;
+        }
+        for c in findings.iter_mut().filter(|c| c.finding.benign && self.rules[c.rule].def.teardown) {
+            c.undecided = true;
+            c.finding.benign = false;
+            c.finding.context = Some(
+                "looks like teardown noise, but the log does not show the run finishing (no success or failure \
+                 marker): check the job's exit status and its last output"
+                    .into(),
+            );
+        }
+    }
+
     /// A retry or wait followed by the line that shows it succeeded (`resolved_by`, e.g. the store
     /// client that connected after retrying) is one harmless record, whatever else the run shows.
     pub(crate) fn resolved(&self, findings: &mut [Cand], st: &State) {

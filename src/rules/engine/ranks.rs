@@ -6,7 +6,8 @@ use super::state::{Hit, State};
 use crate::log;
 
 /// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
-/// lines, else its pid alone, else the one rank its input shows (never for a launcher's line).
+/// lines, else its pid alone, else the one rank its input's lines show, else what the input's
+/// name says (never for a launcher's line).
 pub(crate) struct Ranks {
     pub(crate) map: HashMap<(String, u32), (u32, u32)>,
     pub(crate) pid_only: HashMap<u32, u32>,
@@ -34,14 +35,16 @@ impl Ranks {
         h.rank
             .or_else(|| h.pid.and_then(|p| self.map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
             .or_else(|| h.pid.and_then(|p| self.pid_only.get(&p).copied()))
+            // The file's own content (`[rank6]:`, `rank 6 nRanks 8`) before what its name says: a
+            // torchrun `--log-dir` folder names the local rank, the lines the global one.
+            .or_else(|| {
+                let rs = self.source_ranks.get(h.source)?;
+                (!h.launcher && rs.len() == 1).then(|| *rs.iter().next().unwrap())
+            })
             .or_else(|| match self.names.get(h.source)?.as_ref()? {
                 _ if h.launcher => None,
                 log::NameHint::Rank { rank, .. } => Some(*rank),
                 log::NameHint::HostPid { host, pid } => self.map.get(&(host.clone(), *pid)).map(|x| x.0),
-            })
-            .or_else(|| {
-                let rs = self.source_ranks.get(h.source)?;
-                (!h.launcher && rs.len() == 1).then(|| *rs.iter().next().unwrap())
             })
     }
 }

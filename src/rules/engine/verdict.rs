@@ -2,7 +2,7 @@
 
 use super::findings::Cand;
 use super::Engine;
-use crate::model::{RunOutcome, Severity, Verdict};
+use crate::model::{Analysis, RunOutcome, Severity, Verdict};
 
 impl Engine {
     /// Any failure in the run (a cause, a symptom such as a non-zero exit, a failure marker)
@@ -18,7 +18,8 @@ impl Engine {
             _ => return,
         };
         for c in findings.iter_mut() {
-            if c.finding.benign && c.demotable {
+            if (c.finding.benign || c.undecided) && c.demotable {
+                c.undecided = false;
                 c.finding.benign = false;
                 c.finding.severity = Severity::Warning;
                 c.symptom = true;
@@ -29,17 +30,70 @@ impl Engine {
     }
 }
 
-/// Actionable beats unknown (an unexplained warning, or input not read whole), unknown beats
+/// Actionable beats unknown (an unexplained warning, teardown noise on a run not seen to end, or
+/// input not read whole), unknown beats
 /// benign; clean is earned: readable input with no warning at all.
 pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64, unread: bool) -> Verdict {
     let any_actionable = findings.iter().any(|c| c.actionable());
     if any_actionable {
         Verdict::Actionable
-    } else if total_unexplained > 0 || unread {
+    } else if total_unexplained > 0 || unread || findings.iter().any(|c| c.undecided) {
         Verdict::Unknown
     } else if !findings.is_empty() {
         Verdict::Benign
     } else {
         Verdict::Clean
+    }
+}
+
+/// The verdict's reason in one line: what decided it, from the same facts the verdict step used
+/// (`undecided`: the teardown-kind rules that made it `unknown`).
+pub(crate) fn reason(a: &Analysis, undecided: &[String]) -> String {
+    let o = &a.outcome;
+    let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+    let run = match o.status {
+        RunOutcome::Succeeded => format!("the run succeeded ({})", plural(o.success_markers, "success marker")),
+        RunOutcome::Failed => format!("the run failed ({})", plural(o.failure_markers, "failure marker")),
+        RunOutcome::Unknown => "the log shows no success or failure marker".to_string(),
+    };
+    let lines: u64 = a.findings.iter().map(|f| f.count).sum();
+    match a.verdict {
+        Verdict::Clean => {
+            let read: u64 = a.inputs.iter().map(|i| i.lines).sum();
+            format!("no warning or error in {} of {}", plural(read, "line"), plural(a.inputs.len() as u64, "input"))
+        }
+        Verdict::Benign => {
+            let what = a.primary.as_ref().map(|p| p.title.as_str()).unwrap_or("known noise");
+            let how = if o.status == RunOutcome::Succeeded { "" } else { " (harmless by nature)" };
+            format!(
+                "{run}; the {} {} known noise{how}: {what}",
+                plural(lines, "line"),
+                if lines == 1 { "is" } else { "are" }
+            )
+        }
+        Verdict::Actionable => match &a.primary {
+            Some(p) => {
+                let at = p.evidence.first().map(|e| format!(" ({}:{})", e.source, e.line)).unwrap_or_default();
+                format!("`{}`{at} is the cause; {run}", p.rule)
+            }
+            None => run,
+        },
+        Verdict::Unknown => {
+            if let Some(u) = a.unread.first() {
+                format!("part of the input was not read ({u}), so nothing can be said of it")
+            } else if !a.unexplained.is_empty() {
+                let n = a.unexplained.len() as u64;
+                format!("{} that no rule explains (listed); {run}", plural(n, "warning or error line"))
+            } else if let Some(id) =
+                a.primary.as_ref().map(|p| &p.rule).filter(|r| undecided.contains(r)).or(undecided.first())
+            {
+                format!(
+                    "looks like teardown noise (`{id}`), but the log does not show the run finishing: check the \
+                     job's exit status"
+                )
+            } else {
+                run
+            }
+        }
     }
 }
