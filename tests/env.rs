@@ -498,7 +498,7 @@ fn clean_bad_dir_is_an_error_naming_it() {
 // report
 
 fn example_log() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/deepep-intranode-teardown.log")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/h200-nccl-2.22.3-abort-teardown.log")
 }
 
 #[test]

@@ -20,21 +20,29 @@ fn json_of(args: &[&str]) -> (serde_json::Value, i32) {
 }
 
 #[test]
-fn deepep_41_teardown_is_benign_abort_noise() {
-    let (v, code) = json_of(&["examples/deepep-intranode-teardown.log"]);
+fn abort_noise_of_a_finished_run_is_benign() {
+    let (v, code) = json_of(&["examples/h200-nccl-2.22.3-abort-teardown.log"]);
     assert_eq!(code, 0);
     assert_eq!(v["verdict"], "benign");
     assert_eq!(v["primary"]["rule"], "nccl-abort-pair");
-    assert_eq!(v["nccl_version"], "2.22.3", "inferred from proxy.cc line numbers");
+    assert_eq!(v["nccl_version"], "2.22.3");
     assert_eq!(v["schema_version"], 1);
     // The text names the abort path of old NCCL and the fix.
     epdoctor()
-        .args(["explain", "examples/deepep-intranode-teardown.log"])
+        .args(["explain", "examples/h200-nccl-2.22.3-abort-teardown.log"])
         .assert()
         .code(0)
         .stdout(predicate::str::contains("ncclCommAbort"))
         .stdout(predicate::str::contains("2.23.4"))
         .stdout(predicate::str::contains("destroy_process_group"));
+}
+
+#[test]
+fn deepep_41_version_is_inferred_from_its_warn_sites() {
+    let (v, code) = json_of(&["examples/deepep-intranode-teardown.log"]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("unknown", 3), "no outcome in the paste");
+    assert_eq!(v["primary"]["rule"], "nccl-abort-pair");
+    assert_eq!(v["nccl_version"], "2.22.3", "inferred from proxy.cc line numbers");
 }
 
 #[test]
@@ -54,7 +62,7 @@ fn kill_inflight_on_2_28_is_actionable_with_the_eof_line_as_primary() {
 
 #[test]
 fn json_contract_fields() {
-    let (v, _) = json_of(&["examples/deepep-intranode-teardown.log"]);
+    let (v, _) = json_of(&["examples/h200-nccl-2.22.3-abort-teardown.log"]);
     for k in [
         "schema_version",
         "tool_version",
@@ -101,7 +109,7 @@ fn unexplained_warning_is_unknown_exit_3() {
 
 #[test]
 fn stdin_and_dash() {
-    let log = std::fs::read_to_string("examples/deepep-intranode-teardown.log").unwrap();
+    let log = std::fs::read_to_string("examples/h200-nccl-2.22.3-abort-teardown.log").unwrap();
     epdoctor()
         .args(["explain", "-", "--format", "json"])
         .write_stdin(log.clone())
@@ -118,7 +126,7 @@ fn stdin_and_dash() {
 
 #[test]
 fn gzip_and_zstd_by_magic_bytes() {
-    let log = std::fs::read("examples/deepep-intranode-teardown.log").unwrap();
+    let log = std::fs::read("examples/h200-nccl-2.22.3-abort-teardown.log").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let gz = dir.path().join("rank0.log.weird-ext");
     let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::default());
@@ -213,7 +221,7 @@ fn huge_line_is_cut_with_a_note() {
 
 #[test]
 fn truncated_gzip_gives_partial_result_with_note() {
-    let log = std::fs::read("examples/deepep-intranode-teardown.log").unwrap();
+    let log = std::fs::read("examples/h200-nccl-2.22.3-abort-teardown.log").unwrap();
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     enc.write_all(&log).unwrap();
     let gz = enc.finish().unwrap();
@@ -268,7 +276,7 @@ fn bad_user_rule_file_names_file_and_rule() {
     epdoctor()
         .args(["explain", "--rules"])
         .arg(&p)
-        .arg("examples/deepep-intranode-teardown.log")
+        .arg("examples/h200-nccl-2.22.3-abort-teardown.log")
         .assert()
         .code(2)
         .stderr(predicate::str::contains("mine.toml").and(predicate::str::contains("my-rule")));
@@ -286,7 +294,7 @@ fn user_rule_overrides_builtin_by_id() {
     let out = epdoctor()
         .args(["explain", "--format", "json", "--rules"])
         .arg(&p)
-        .arg("examples/deepep-intranode-teardown.log")
+        .arg("examples/h200-nccl-2.22.3-abort-teardown.log")
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -239,7 +239,12 @@ pub fn looks_like_error(line: &str) -> bool {
     let l = line.to_ascii_lowercase();
     // The frames of a C++ exception's message, which follow the line that named it.
     let t = line.trim_start();
-    if t.starts_with("Exception raised from") || t.starts_with("frame #") || is_heading_or_header(t) {
+    // `Last error:` alone heads the payload line below it (the record reads that one).
+    if t.starts_with("Exception raised from")
+        || t.starts_with("frame #")
+        || t.trim_end() == "Last error:"
+        || is_heading_or_header(t)
+    {
         return false;
     }
     let words = [

@@ -1,0 +1,135 @@
+//! The verdict step on real fragments: benign needs proof, teardown noise on a run not seen to end
+//! is `unknown`, the reason is one line decided with the verdict, ranks come from the lines before
+//! the file names, and the default text report is short.
+
+use std::path::Path;
+
+mod common;
+use common::epdoctor;
+
+fn explain(args: &[&str]) -> (serde_json::Value, i32) {
+    let out = epdoctor().arg("explain").args(args).args(["--format", "json"]).output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    (v, out.status.code().unwrap())
+}
+
+fn text(args: &[&str]) -> String {
+    let out = epdoctor().arg("explain").args(args).output().unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// DeepEP #41's issue body: the NCCL 2.22.3 abort pair and nothing about how the run ended.
+const DEEPEP_41: &str = "examples/deepep-intranode-teardown.log";
+/// The same warnings from a 2-rank run on an H200 (NCCL 2.22.3, abort teardown) whose ranks
+/// printed their checks and exited 0 (docs/results/2026-12-02-h200-nccl-bisect/).
+const H200_FINISHED: &str = "examples/h200-nccl-2.22.3-abort-teardown.log";
+
+#[test]
+fn teardown_noise_without_an_outcome_is_unknown() {
+    let (v, code) = explain(&[DEEPEP_41]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("unknown", 3));
+    assert_eq!(v["outcome"]["status"], "unknown");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.contains("looks like teardown noise") && reason.contains("exit status"), "{reason}");
+    assert_eq!(v["primary"]["rule"], "nccl-abort-pair", "the noise is still named");
+}
+
+#[test]
+fn the_same_noise_after_a_run_seen_to_succeed_is_benign() {
+    let (v, code) = explain(&[H200_FINISHED]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0));
+    assert_eq!(v["outcome"]["status"], "succeeded");
+    assert!(v["outcome"]["success_markers"].as_u64().unwrap() >= 2);
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.starts_with("the run succeeded (2 success markers)"), "{reason}");
+    assert!(reason.contains("known noise"), "{reason}");
+}
+
+#[test]
+fn the_same_noise_beside_a_failure_marker_is_a_symptom() {
+    // The H200 run's lines with one rank's exit changed to a failure marker of the same form.
+    let log = std::fs::read_to_string(H200_FINISHED).unwrap().replace("rank=1 exit=0", "rank=1 exit=1");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("run.log");
+    std::fs::write(&p, log).unwrap();
+    let (v, code) = explain(&[p.to_str().unwrap()]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("actionable", 1));
+    assert_eq!(v["outcome"]["status"], "failed");
+    let pair = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "nccl-abort-pair").unwrap();
+    assert_eq!(pair["benign"], false, "{pair}");
+}
+
+#[test]
+fn harmless_by_nature_is_benign_without_an_outcome() {
+    // tritonbench PR #1067: the one line the PR silences, no outcome at all.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("log.txt");
+    std::fs::write(&p, "Warning: must call destroy_process_group() before process exit\n").unwrap();
+    let (v, code) = explain(&[p.to_str().unwrap()]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0));
+    assert!(v["reason"].as_str().unwrap().contains("harmless by nature"), "{}", v["reason"]);
+}
+
+#[test]
+fn every_verdict_has_a_one_line_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = dir.path().join("clean.log");
+    std::fs::write(&clean, "vm:1:1 [0] NCCL INFO NCCL version 2.28.3+cuda13.0\nall tests passed\n").unwrap();
+    let (v, _) = explain(&[clean.to_str().unwrap()]);
+    assert_eq!(v["reason"], "no warning or error in 2 lines of 1 input");
+    // nccl-tests #180: UCX's connect error is the cause, named with its place.
+    let (v, _) = explain(&["rules/fixtures/ucx/nccl-tests-180-ucx-connect-refused.log"]);
+    let r = v["reason"].as_str().unwrap();
+    assert!(r.starts_with("`ucx-error` (") && r.contains("is the cause"), "{r}");
+    for r in [&v["reason"]] {
+        assert!(!r.as_str().unwrap().contains('\n'));
+    }
+}
+
+#[test]
+fn ranks_come_from_the_lines_before_the_folder_name() {
+    // A torchrun --log-dir tree names the local rank (2); the file's lines say global rank 6.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("attempt_0/2/stderr.log");
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    // Lines of the form torch prints (`[rankN]:` prefix), and an unprefixed continuation.
+    std::fs::write(
+        &f,
+        "[rank6]:[W1003 20:49:10.123654124 ProcessGroupNCCL.cpp:4715] [PG ID 0 PG GUID 0 Rank 6]  using GPU 2 \
+         as device used by this process is currently unknown. This can potentially cause a hang if this rank \
+         to GPU mapping is incorrect.\n\
+         torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.11 GiB\n",
+    )
+    .unwrap();
+    let (v, _) = explain(&[dir.path().to_str().unwrap()]);
+    let oom = v["findings"].as_array().unwrap().iter().find(|f| f["rule"].as_str().unwrap().contains("oom")).unwrap();
+    assert_eq!(oom["ranks"], serde_json::json!([6]), "{oom}");
+}
+
+#[test]
+fn ranks_named_in_the_text_fill_ranks() {
+    // The Flight Recorder reading of a real H200 dump (rules/fixtures/flight-recorder): rank 1 never joined.
+    let (v, _) = explain(&["rules/fixtures/flight-recorder/h200-torch-2.28.9-skip.log"]);
+    let p = &v["primary"];
+    assert!(p["ranks"].as_array().unwrap().contains(&serde_json::json!(1)), "{p}");
+}
+
+#[test]
+fn the_default_report_is_short_and_v_prints_everything() {
+    for log in [H200_FINISHED, DEEPEP_41, "rules/fixtures/ucx/nccl-tests-180-ucx-connect-refused.log"] {
+        let short = text(&[log]);
+        let wide = short.lines().filter(|l| l.chars().count() > 100).collect::<Vec<_>>();
+        assert!(wide.is_empty(), "{log}: lines over 100 columns: {wide:?}");
+        assert!(short.starts_with("verdict: "), "{short}");
+        assert!(short.contains("\noutcome: "), "{short}");
+        let long = text(&[log, "-v"]);
+        assert!(long.lines().count() > short.lines().count(), "{log}: -v adds the other findings");
+    }
+    // Every finding's root cause appears under -v; only the primary's by default.
+    let long = text(&[H200_FINISHED, "-v"]);
+    let short = text(&[H200_FINISHED]);
+    let other = "The text after \"Accept failed\" is strerror(errno)";
+    assert!(long.contains(other) && !short.contains(other));
+    assert!(Path::new(H200_FINISHED).exists());
+}
