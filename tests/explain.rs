@@ -72,8 +72,14 @@ fn json_contract_fields() {
         "primary",
         "findings",
         "unexplained",
+        "outcome",
+        "reason",
     ] {
         assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert!(!v["reason"].as_str().unwrap().is_empty(), "the verdict's reason is always said");
+    for k in ["status", "success", "failure", "success_markers", "failure_markers"] {
+        assert!(v["outcome"].get(k).is_some(), "outcome misses {k}");
     }
     let f = &v["findings"][0];
     for k in

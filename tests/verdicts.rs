@@ -133,3 +133,22 @@ fn the_default_report_is_short_and_v_prints_everything() {
     assert!(long.contains(other) && !short.contains(other));
     assert!(Path::new(H200_FINISHED).exists());
 }
+
+#[test]
+fn a_hang_log_names_the_rank_that_fell_behind() {
+    // LLaMA-Factory #8261 (dev case 078): rank 0 last enqueued work 2855, rank 2 reached 2856.
+    let dir = std::fs::read_dir("tests/accuracy/dev")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("078-"))
+        .unwrap();
+    let (v, _) = explain(&[dir.join("log.txt").to_str().unwrap()]);
+    let ctx = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["context"].as_str())
+        .find(|c| c.contains("last enqueued work"))
+        .unwrap_or_else(|| panic!("no laggard named: {v}"));
+    assert!(ctx.contains("rank 0 last enqueued work 2855") && ctx.contains("reached 2856"), "{ctx}");
+}

@@ -133,6 +133,9 @@ impl Engine {
                         .into(),
                 );
             }
+            if let Some(n) = laggards(&a.hits, ranks) {
+                finding.add_context(n);
+            }
             if let Some(n) = a.hits.iter().find_map(|h| h.leveled).and_then(|id| self.sites_db.level_note(id)) {
                 finding.add_context(n);
             }
@@ -158,6 +161,48 @@ impl Engine {
         });
         out
     }
+}
+
+/// The ranks that fell behind in a hang: torch's watchdog prints each rank's `last enqueued
+/// [NCCL] work: N`; a rank whose number is below the others' never issued the collective they wait
+/// in (it is stuck elsewhere, or took another path), so it is the one to look at.
+fn laggards(hits: &[Hit], ranks: &Ranks) -> Option<String> {
+    // Work numbers count per process group: `[PG ID 2 PG GUID 9 Rank 4]` (2.4+), `[PG 1 Rank 0]`.
+    let pg_of = |t: &str| -> String {
+        let Some(i) = t.find("[PG ") else { return String::new() };
+        let rest = t[i + 4..].strip_prefix("ID ").unwrap_or(&t[i + 4..]);
+        rest.split([' ', ']']).next().unwrap_or("").to_string()
+    };
+    let mut last: std::collections::BTreeMap<(String, u32), u64> = std::collections::BTreeMap::new();
+    for h in hits {
+        let Some(i) = h.text.find("last enqueued ") else { continue };
+        let rest = &h.text[i..];
+        let Some(j) = rest.find("work: ") else { continue };
+        let n: String = rest[j + 6..].chars().take_while(char::is_ascii_digit).collect();
+        let (Ok(n), Some(r)) = (n.parse::<u64>(), ranks.of(h)) else { continue };
+        let e = last.entry((pg_of(&h.text), r)).or_insert(n);
+        *e = (*e).max(n);
+    }
+    // The first process group whose ranks disagree.
+    let pg = last.keys().map(|(pg, _)| pg.clone()).find(|pg| {
+        let mut ns = last.iter().filter(|((p, _), _)| p == pg).map(|(_, &n)| n);
+        let first = ns.next();
+        ns.any(|n| Some(n) != first)
+    })?;
+    let last: std::collections::BTreeMap<u32, u64> =
+        last.into_iter().filter(|((p, _), _)| *p == pg).map(|((_, r), n)| (r, n)).collect();
+    let (lo, hi) = (*last.values().min()?, *last.values().max()?);
+    let behind: Vec<String> = last.iter().filter(|(_, &n)| n == lo).map(|(r, _)| r.to_string()).collect();
+    let ahead = last.values().filter(|&&n| n > lo).count();
+    let group = if pg.is_empty() { String::new() } else { format!("in process group {pg}, ") };
+    Some(format!(
+        "{group}rank{} {} last enqueued work {lo} while {ahead} other rank(s) reached {hi}: {} behind (never issued \
+         the collective the others wait in), so look at {} first",
+        if behind.len() == 1 { "" } else { "s" },
+        behind.join(", "),
+        if behind.len() == 1 { "it fell" } else { "they fell" },
+        if behind.len() == 1 { "its stack and last output" } else { "their stacks and last output" },
+    ))
 }
 
 /// Ranks a rule's lines name in their text (`(?P<rank>..)`, `(?P<ranks>3, 5)` groups: Flight
