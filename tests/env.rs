@@ -484,6 +484,7 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
 
 #[test]
 fn clean_bad_dir_is_an_error_naming_it() {
+    use predicates::prelude::PredicateBooleanExt;
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no-such-dir");
     epdoctor(d.path(), d.path())
@@ -491,7 +492,16 @@ fn clean_bad_dir_is_an_error_naming_it() {
         .arg(&missing)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("no-such-dir"));
+        .stderr(predicates::str::contains("no-such-dir").and(predicates::str::contains("does not exist")));
+    // A file where a folder should be is a different mistake, said as such.
+    let file = d.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    epdoctor(d.path(), d.path())
+        .args(["clean", "--dir"])
+        .arg(&file)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("a-file is not a folder"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -634,11 +644,12 @@ fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
     let d = tempfile::tempdir().unwrap();
     let a = repro_run(d.path(), "run-a", "echo a-ran");
     let b = repro_run(d.path(), "run-b", "echo b-ran; exit 1");
+    // One folder per --repro: the log after the first is a log, wherever it stands (issue 28).
     let out = epdoctor(d.path(), d.path())
-        .args(["report", "--python-timeout", "5"])
+        .args(["report", "--python-timeout", "5", "--repro"])
+        .arg(&a)
         .arg(example_log())
         .arg("--repro")
-        .arg(&a)
         .arg(&b)
         .output()
         .unwrap();
@@ -647,7 +658,7 @@ fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
     assert_eq!(md.matches("## Reproduction").count(), 2, "{md}");
     assert!(md.contains("run-a") && md.contains("run-b") && md.contains("b-ran"), "{md}");
     assert!(md.contains("logs: verdict **benign**"), "the log is still explained: {md}");
-    // A run folder among the logs (`--repro a/ b/` with one --repro before the change) is refused.
+    // A run folder among the logs (`--repro a/ b/`: one --repro for two folders) is refused.
     let out = epdoctor(d.path(), d.path())
         .args(["report", "--python-timeout", "5"])
         .arg(&b)

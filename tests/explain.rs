@@ -464,6 +464,11 @@ fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
     for code in ["0", "1", "2", "3", "5"] {
         assert!(page.contains(&format!(".TP\n{code}\n")), "exit status {code} missing:\n{page}");
     }
+    // lint decides 0, 1 and 2 by its own findings; each says what it means there.
+    for code in ["0", "1", "2"] {
+        let meaning = page.split(&format!(".TP\n{code}\n")).nth(1).and_then(|r| r.lines().next()).unwrap_or("");
+        assert!(meaning.contains("(lint)"), "exit status {code} does not say what it means for lint: {meaning}");
+    }
     let d = tempfile::tempdir().unwrap();
     epdoctor().args(["man", "--dir"]).arg(d.path()).assert().code(0);
     let mut named = Vec::new();
