@@ -698,3 +698,50 @@ fn env_checks_cite_nothing_outside_the_repository() {
     let src = std::fs::read_to_string("src/env/checks.rs").unwrap();
     assert!(!src.contains("facts §"), "a check cites the shared facts document");
 }
+
+/// A venv whose lib64 is a link to lib (as `python -m venv` makes on many distributions): Python
+/// names both site-packages, LD_LIBRARY_PATH may name either; it is one library, listed once, and
+/// the other path it was found under is shown (issue 28, point 6).
+#[test]
+fn a_library_reached_through_a_linked_folder_is_listed_once_with_its_links() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let venv = d.path().join("venv");
+    let lib_site = venv.join("lib/python3.12/site-packages");
+    std::fs::create_dir_all(lib_site.join("nvidia/nccl/lib")).unwrap();
+    std::fs::copy(fixture("libnccl-2.32.3.rodata.bin"), lib_site.join("nvidia/nccl/lib/libnccl.so.2")).unwrap();
+    std::os::unix::fs::symlink("lib", venv.join("lib64")).unwrap();
+    let lib64_site = venv.join("lib64/python3.12/site-packages");
+    let answer = serde_json::json!({
+        "python": "3.12.3",
+        "executable": venv.join("bin/python3").display().to_string(),
+        "site_packages": [lib64_site.display().to_string(), lib_site.display().to_string()],
+    });
+    write_exe(&bin.join("python3"), &format!("#!/bin/sh\necho 'EPDOCTOR-PY {answer}'\n"));
+    let out = epdoctor(d.path(), &bin)
+        .env("LD_LIBRARY_PATH", lib_site.join("nvidia/nccl/lib"))
+        .args(["env", "--format", "json", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    let ours: Vec<&serde_json::Value> = v["libraries"]["nccl"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["real_path"].as_str().unwrap().starts_with(&d.path().canonicalize().unwrap().display().to_string())
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one file, one entry: {ours:#?}");
+    let seen: Vec<&str> =
+        ours[0]["also_at"].as_array().map_or(vec![], |a| a.iter().map(|p| p.as_str().unwrap()).collect());
+    assert!(seen.iter().any(|p| p.contains("lib64/python3.12")), "the lib64 path is shown: {:#?}", ours[0]);
+    let text = epdoctor(d.path(), &bin)
+        .env("LD_LIBRARY_PATH", lib_site.join("nvidia/nccl/lib"))
+        .args(["env", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("lib64/python3.12"), "the text names the link too:\n{text}");
+}

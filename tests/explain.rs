@@ -170,6 +170,31 @@ fn markdown_is_redacted() {
     assert!(String::from_utf8(out.stdout).unwrap().contains("gpu-node-17"));
 }
 
+/// Every form a host takes in a job's log, in one document (issue 28, point 2): no host text left,
+/// and one alias per host, whether named short (the NCCL prefix, srun) or in full (a URL, `<ip:port>`).
+#[test]
+fn markdown_gives_every_host_form_one_alias_per_host() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        f,
+        "dgx-b200-043:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer dgx-b200-044.cluster.example.com<10.1.2.4:41234>\n\
+         [W socket.cpp:752] The TCP client failed to connect/validate to host jdoe-laptop.local:29500\n\
+         [E socket.cpp:1011] rendezvous at c10d://dgx-b200-043.cluster.example.com:29400 failed, dashboard http://jdoe-laptop:8265/#/jobs\n\
+         slurmstepd-dgx-b200-044: error: *** STEP 77.0 ON dgx-b200-044 CANCELLED AT 2026-11-29T12:00:00 ***\n\
+         srun: error: dgx-b200-043: task 2: Exited with exit code 1"
+    )
+    .unwrap();
+    let out = epdoctor().args(["explain", "--format", "md", "--evidence", "20"]).arg(f.path()).output().unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    for leak in ["dgx", "b200", "jdoe", "laptop", "cluster.example", ".local", "10.1.2.4"] {
+        assert!(!md.contains(leak), "{leak} leaked:\n{md}");
+    }
+    assert!(md.contains("srun: error: host-1: task 2") && md.contains("c10d://host-1:29400"), "{md}");
+    let aliases: std::collections::BTreeSet<&str> =
+        md.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').filter(|w| w.starts_with("host-")).collect();
+    assert_eq!(aliases.len(), 3, "three hosts, three aliases: {aliases:?}\n{md}");
+}
+
 #[test]
 fn missing_path_is_exit_2_naming_it() {
     epdoctor()
