@@ -195,6 +195,22 @@ fn markdown_gives_every_host_form_one_alias_per_host() {
     assert_eq!(aliases.len(), 3, "three hosts, three aliases: {aliases:?}\n{md}");
 }
 
+/// The Markdown header and `report` say each version once, with how it was found (issue 28,
+/// point 7): "torch 2.4.1 (inferred from ...)", never "torch 2.4.1 · torch 2.4.1 inferred".
+#[test]
+fn versions_are_said_once_with_how_they_were_found() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    // The watchdog line of torch 2.4.1 (tests/accuracy/dev/002, LLaMA-Factory#7396): its file:line tells the release.
+    writeln!(f, "[80748] [rank0]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.").unwrap();
+    let out = epdoctor().args(["explain", "--format", "md"]).arg(f.path()).output().unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    let header = md.lines().find(|l| l.starts_with("epdoctor ")).unwrap_or_else(|| panic!("{md}"));
+    assert_eq!((header.matches(" · NCCL ").count(), header.matches(" · torch ").count()), (1, 1), "{header}");
+    assert!(header.contains("torch 2.4.1 (inferred from the file:line"), "{header}");
+    assert!(header.contains("NCCL 2.20.5 (inferred: the NCCL the PyPI wheel of torch 2.4.1 pins"), "{header}");
+    assert!(!header.contains("NCCL unknown"), "{header}");
+}
+
 #[test]
 fn missing_path_is_exit_2_naming_it() {
     epdoctor()
