@@ -100,6 +100,30 @@ impl Format {
     }
 }
 
+/// explain's formats: the shared ones and the CI ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainFormat {
+    Text,
+    Md,
+    Json,
+    /// GitHub Actions workflow commands: annotations on the log lines, a notice with the verdict.
+    Github,
+    /// JUnit XML: one test case per finding.
+    Junit,
+}
+
+impl ExplainFormat {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            ExplainFormat::Text => crate::output::Format::Text,
+            ExplainFormat::Md => crate::output::Format::Md,
+            ExplainFormat::Json => crate::output::Format::Json,
+            ExplainFormat::Github => crate::output::Format::Github,
+            ExplainFormat::Junit => crate::output::Format::Junit,
+        }
+    }
+}
+
 impl LintFormat {
     pub fn output(self) -> crate::output::Format {
         match self {
@@ -107,6 +131,7 @@ impl LintFormat {
             LintFormat::Md => crate::output::Format::Md,
             LintFormat::Json => crate::output::Format::Json,
             LintFormat::Sarif => crate::output::Format::Sarif,
+            LintFormat::Github => crate::output::Format::Github,
         }
     }
 }
@@ -131,9 +156,9 @@ pub struct ExplainArgs {
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 
-    /// Output format.
-    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
-    pub format: Format,
+    /// Output format (github: GitHub Actions annotations; junit: JUnit XML for CI systems).
+    #[arg(long, short = 'f', value_enum, default_value_t = ExplainFormat::Text, env = "EPDOCTOR_FORMAT")]
+    pub format: ExplainFormat,
 
     /// Keep hostnames, addresses and home paths in Markdown output (redacted by default).
     #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
@@ -453,7 +478,7 @@ pub struct LintArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
 
-    /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning).
+    /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning; github: Actions annotations).
     #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text, env = "EPDOCTOR_LINT_FORMAT")]
     pub format: LintFormat,
 
@@ -474,6 +499,7 @@ pub enum LintFormat {
     Md,
     Json,
     Sarif,
+    Github,
 }
 
 #[derive(Debug, Clone, Args)]

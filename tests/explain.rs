@@ -211,6 +211,51 @@ fn versions_are_said_once_with_how_they_were_found() {
     assert!(!header.contains("NCCL unknown"), "{header}");
 }
 
+/// `--format github` (issue 28, point 8): workflow commands the Actions runner turns into
+/// annotations: one per finding at its first evidence line, one notice with the verdict; the exit
+/// status is the verdict's, as in every format. `--format junit`: one test case per finding.
+#[test]
+fn ci_formats_annotate_each_finding_and_say_the_verdict() {
+    // The DeepEP teardown pair and a peer that went away (which makes the pair its symptoms).
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/deepep-intranode-teardown.log"));
+    write!(f, "{}", example.unwrap()).unwrap();
+    writeln!(f, "gpu-a17:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-a18<41234>").unwrap();
+    let log = f.path().to_path_buf();
+    let (v, code) = json_of(&[log.to_str().unwrap()]);
+    let findings = v["findings"].as_array().unwrap();
+    let out = epdoctor().args(["explain", "--format", "github"]).arg(&log).output().unwrap();
+    assert_eq!(out.status.code(), Some(code));
+    let gh = String::from_utf8(out.stdout).unwrap();
+    assert!(gh.lines().all(|l| l.starts_with("::") && l.contains("::")), "{gh}");
+    for f in findings {
+        let e = &f["evidence"][0];
+        let at = format!(
+            "file={},line={},title=epdoctor {}::",
+            e["source"].as_str().unwrap(),
+            e["line"],
+            f["rule"].as_str().unwrap()
+        );
+        assert!(gh.lines().any(|l| l.contains(&at)), "{at} missing:\n{gh}");
+    }
+    let notices: Vec<&str> = gh.lines().filter(|l| l.starts_with("::notice title=epdoctor explain::")).collect();
+    assert_eq!(notices.len(), 1, "{gh}");
+    assert!(notices[0].contains(&format!("verdict {}", v["verdict"].as_str().unwrap())), "{gh}");
+    let out = epdoctor().args(["explain", "--format", "junit"]).arg(&log).output().unwrap();
+    let xml = String::from_utf8(out.stdout).unwrap();
+    assert!(xml.starts_with("<?xml") && xml.trim_end().ends_with("</testsuites>"), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), findings.len(), "{xml}");
+    let failing = findings.iter().filter(|f| f["benign"] == false && f["severity"] != "info").count();
+    assert!(failing > 0, "{v}");
+    assert_eq!(xml.matches("<failure ").count(), failing, "{xml}");
+    // The DeepEP teardown pair alone is benign: its test cases pass.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/deepep-intranode-teardown.log");
+    let out = epdoctor().args(["explain", "--format", "junit", example]).output().unwrap();
+    let xml = String::from_utf8(out.stdout).unwrap();
+    assert!(xml.matches("<testcase ").count() >= 2 && !xml.contains("<failure"), "benign findings pass:\n{xml}");
+}
+
 #[test]
 fn missing_path_is_exit_2_naming_it() {
     epdoctor()

@@ -36,7 +36,7 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
-    let others = args.evidence.unwrap_or(if args.format == crate::cli::Format::Md { 3 } else { 2 });
+    let others = args.evidence.unwrap_or(if args.format == crate::cli::ExplainFormat::Md { 3 } else { 2 });
     let o = output::Options {
         redact: !args.no_redact,
         evidence: args.evidence.unwrap_or(5),
