@@ -50,6 +50,7 @@ pub enum Command {
     Nccl(NcclCommand),
     /// Print a shell completion script.
     Completions {
+        /// The shell to write the script for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -99,6 +100,30 @@ impl Format {
     }
 }
 
+/// explain's formats: the shared ones and the CI ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainFormat {
+    Text,
+    Md,
+    Json,
+    /// GitHub Actions workflow commands: annotations on the log lines, a notice with the verdict.
+    Github,
+    /// JUnit XML: one test case per finding.
+    Junit,
+}
+
+impl ExplainFormat {
+    pub fn output(self) -> crate::output::Format {
+        match self {
+            ExplainFormat::Text => crate::output::Format::Text,
+            ExplainFormat::Md => crate::output::Format::Md,
+            ExplainFormat::Json => crate::output::Format::Json,
+            ExplainFormat::Github => crate::output::Format::Github,
+            ExplainFormat::Junit => crate::output::Format::Junit,
+        }
+    }
+}
+
 impl LintFormat {
     pub fn output(self) -> crate::output::Format {
         match self {
@@ -106,6 +131,7 @@ impl LintFormat {
             LintFormat::Md => crate::output::Format::Md,
             LintFormat::Json => crate::output::Format::Json,
             LintFormat::Sarif => crate::output::Format::Sarif,
+            LintFormat::Github => crate::output::Format::Github,
         }
     }
 }
@@ -124,13 +150,15 @@ pub struct RuleOpts {
 
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
-    /// Log files, folders of per-rank logs, or `-` for stdin (the default). gzip and zstd are read as such.
+    /// Log files, folders of per-rank logs, .tar, .tar.gz, .tgz or .zip archives, or `-` for stdin
+    /// (the default). gzip and zstd are read as such. A path that cannot be read is named and the
+    /// rest explained; the exit status is then 2.
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 
-    /// Output format.
-    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
-    pub format: Format,
+    /// Output format (github: GitHub Actions annotations; junit: JUnit XML for CI systems).
+    #[arg(long, short = 'f', value_enum, default_value_t = ExplainFormat::Text, env = "EPDOCTOR_FORMAT")]
+    pub format: ExplainFormat,
 
     /// Keep hostnames, addresses and home paths in Markdown output (redacted by default).
     #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
@@ -149,8 +177,9 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "N", env = "EPDOCTOR_EVIDENCE")]
     pub evidence: Option<usize>,
 
-    /// Stop reading after this many bytes in all (e.g. a stdin that never ends).
-    #[arg(long, value_name = "BYTES", env = "EPDOCTOR_MAX_BYTES")]
+    /// Stop reading after this many bytes in all (e.g. a stdin that never ends); K, M, G suffixes
+    /// are 1024-multiples (`10k`, `64M`).
+    #[arg(long, value_name = "BYTES", env = "EPDOCTOR_MAX_BYTES", value_parser = byte_size)]
     pub max_bytes: Option<u64>,
 
     #[command(flatten)]
@@ -163,8 +192,8 @@ pub struct ReproArgs {
     #[arg(long, value_name = "N", env = "EPDOCTOR_RANKS")]
     pub ranks: Option<usize>,
 
-    /// Teardown modes to run, comma-separated (default: all). Ignored with `-- CMD`.
-    #[arg(long, value_delimiter = ',', value_name = "MODE,...")]
+    // The help names the worker's modes, from its one list.
+    #[arg(long, value_delimiter = ',', value_name = "MODE,...", help = teardown_help())]
     pub teardown: Vec<String>,
 
     /// An environment axis: NAME=v1,v2,... (repeatable). An empty value means "unset".
@@ -325,8 +354,8 @@ pub struct ReportArgs {
     #[arg(value_name = "LOG")]
     pub logs: Vec<PathBuf>,
 
-    /// Repro run folders whose comparisons go into the report (`--repro A B`, or repeat the flag).
-    #[arg(long, value_name = "DIR", num_args = 1..)]
+    /// A repro run folder whose comparison goes into the report (one per flag: `--repro A --repro B`).
+    #[arg(long, value_name = "DIR")]
     pub repro: Vec<PathBuf>,
 
     /// Keep hostnames, addresses and home paths.
@@ -360,6 +389,7 @@ pub struct CleanArgs {
 pub enum RulesCommand {
     /// One line per rule.
     List {
+        /// Output format.
         #[arg(long, short = 'f', value_enum, default_value_t = Format::Text, env = "EPDOCTOR_FORMAT")]
         format: Format,
         #[command(flatten)]
@@ -367,6 +397,8 @@ pub enum RulesCommand {
     },
     /// Everything about one rule.
     Show {
+        /// The rule's id, as `rules list` prints it (e.g. nccl-abort-pair).
+        #[arg(value_name = "ID")]
         id: String,
         #[command(flatten)]
         rule_opts: RuleOpts,
@@ -396,6 +428,7 @@ pub enum NcclCommand {
     },
     /// Fetch releases into the cache (each wheel's sha256 checked against the index).
     Fetch {
+        /// NCCL releases, e.g. 2.22.3 2.23.4.
         #[arg(value_name = "VERSION", required = true)]
         versions: Vec<String>,
         #[command(flatten)]
@@ -403,6 +436,7 @@ pub enum NcclCommand {
     },
     /// Print the cached libnccl.so.2 of a release (fetched first unless --offline), e.g. for LD_PRELOAD.
     Path {
+        /// The NCCL release, e.g. 2.22.3.
         // Not `version`: clap's propagated --version would clash with an argument of that id.
         #[arg(id = "release", value_name = "VERSION")]
         release: String,
@@ -411,6 +445,7 @@ pub enum NcclCommand {
     },
     /// Remove releases from the cache (default: all of them).
     Clean {
+        /// The releases to remove (default: every cached one).
         #[arg(value_name = "VERSION")]
         versions: Vec<String>,
     },
@@ -443,7 +478,7 @@ pub struct LintArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
 
-    /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning).
+    /// Output format (sarif: SARIF 2.1.0, for GitHub code scanning; github: Actions annotations).
     #[arg(long, short = 'f', value_enum, default_value_t = LintFormat::Text, env = "EPDOCTOR_LINT_FORMAT")]
     pub format: LintFormat,
 
@@ -464,6 +499,7 @@ pub enum LintFormat {
     Md,
     Json,
     Sarif,
+    Github,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -520,6 +556,29 @@ pub struct WorkloadSize {
     /// Dispatch + combine iterations.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
+}
+
+fn teardown_help() -> String {
+    let modes: Vec<&str> = crate::worker::Teardown::ALL.into_iter().map(|m| m.name()).collect();
+    format!("Teardown modes to run, comma-separated (default: all): {}. Ignored with `-- CMD`.", modes.join(", "))
+}
+
+/// A byte count: digits with an optional K, M or G (1024-multiples, any case, an optional B).
+fn byte_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix(['b', 'B']).unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => match c.to_ascii_lowercase() {
+            'k' => (&t[..i], 10),
+            'm' => (&t[..i], 20),
+            'g' => (&t[..i], 30),
+            _ => return Err(format!("{s:?}: the suffix may be K, M or G")),
+        },
+        _ => (t, 0),
+    };
+    let n: u64 =
+        digits.parse().map_err(|_| format!("{s:?}: expected a number of bytes, e.g. 1048576, 10K, 64M, 2G"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?}: too large"))
 }
 
 /// The value of a boolean flag's environment twin: 1/0, true/false, yes/no, on/off (any case); an
@@ -601,5 +660,69 @@ impl WorkerArgs {
             nccl_lib: self.nccl_lib.clone(),
             size: self.size.size(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    /// Every visible argument of every visible command, with the command's path.
+    fn visible_args() -> Vec<(String, clap::Arg)> {
+        fn walk(c: &clap::Command, path: String, out: &mut Vec<(String, clap::Arg)>) {
+            for a in c.get_arguments().filter(|a| !a.is_hide_set()) {
+                out.push((path.clone(), a.clone()));
+            }
+            for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(s, format!("{path} {}", s.get_name()), out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&super::Cli::command(), "epdoctor".into(), &mut out);
+        out
+    }
+
+    #[test]
+    fn every_argument_says_what_it_is() {
+        let bare: Vec<String> = visible_args()
+            .into_iter()
+            .filter(|(_, a)| a.get_help().is_none_or(|h| h.to_string().trim().is_empty()))
+            .map(|(c, a)| format!("{c} {}", a.get_id()))
+            .collect();
+        assert!(bare.is_empty(), "arguments without help text: {bare:?}");
+    }
+
+    /// `--repro A B` swallowed the log after it; a flag takes one value (a list only through a
+    /// delimiter), so positionals may come anywhere.
+    #[test]
+    fn every_flag_takes_one_value_per_use() {
+        let greedy: Vec<String> = visible_args()
+            .into_iter()
+            .filter(|(_, a)| !a.is_positional() && a.get_num_args().is_some_and(|n| n.max_values() > 1))
+            .map(|(c, a)| format!("{c} --{}", a.get_long().unwrap_or_default()))
+            .collect();
+        assert!(greedy.is_empty(), "flags taking several words: {greedy:?}");
+        let cli = super::Cli::try_parse_from(["epdoctor", "report", "--repro", "run-a", "run.log", "--repro", "run-b"]);
+        let Ok(super::Cli { command: super::Command::Report(r), .. }) = cli else { panic!("{cli:?}") };
+        assert_eq!((r.repro.len(), r.logs.len()), (2, 1), "{r:?}");
+    }
+
+    #[test]
+    fn byte_counts_take_suffixes() {
+        assert_eq!(super::byte_size("4096"), Ok(4096));
+        assert_eq!(super::byte_size("10k"), Ok(10 << 10));
+        assert_eq!(super::byte_size("64M"), Ok(64 << 20));
+        assert_eq!(super::byte_size("2GB"), Ok(2 << 30));
+        assert_eq!(super::byte_size("512b"), Ok(512));
+        assert_eq!(super::byte_size("1KiB").ok(), None, "KiB is not taken; K already means 1024");
+        for bad in ["", "k", "10x", "-1", "1.5M", "99999999999G"] {
+            assert!(super::byte_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn teardown_help_lists_every_mode() {
+        let help = super::teardown_help();
+        assert!(crate::worker::Teardown::ALL.iter().all(|m| help.contains(m.name())), "{help}");
     }
 }

@@ -17,9 +17,9 @@ pub const HARNESS: u8 = 5;
 
 /// Every status and what it means, as the README's table and the man page's EXIT STATUS say.
 pub const TABLE: &[(u8, &str)] = &[
-    (OK, "clean or benign (explain); success (other commands)"),
-    (ACTIONABLE, "actionable findings (explain); a fixture failed (rules test)"),
-    (ERROR, "usage error, unreadable input, bad rule file, missing GPU library"),
+    (OK, "clean or benign (explain); no finding of warning or worse (lint); success (other commands)"),
+    (ACTIONABLE, "actionable findings (explain); a finding of warning or worse (lint); a fixture failed (rules test)"),
+    (ERROR, "usage error, unreadable input (explain: after explaining the rest), bad rule file, a script that does not parse (lint), missing GPU library"),
     (UNKNOWN, "unknown: warnings no rule explains (explain)"),
     (HARNESS, "repro: the harness itself failed or was interrupted"),
 ];
@@ -30,6 +30,15 @@ pub fn of_verdict(v: Verdict) -> u8 {
         Verdict::Clean | Verdict::Benign => OK,
         Verdict::Actionable => ACTIONABLE,
         Verdict::Unknown => UNKNOWN,
+    }
+}
+
+/// `explain` that went on past `failed` paths it could not read: 2 when any, else the verdict's.
+pub fn of_explain(v: Verdict, failed: usize) -> u8 {
+    if failed > 0 {
+        ERROR
+    } else {
+        of_verdict(v)
     }
 }
 

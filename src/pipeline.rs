@@ -38,6 +38,15 @@ pub fn explain_paths(engine: &Engine, paths: &[PathBuf], opts: &Options) -> Resu
     explain(engine, log::expand(paths)?, opts)
 }
 
+/// `explain_paths`, going on past paths that cannot be read: the analysis of the rest (which counts
+/// them as not read, so the verdict is never clean or benign) and each failed path with why.
+pub fn explain_readable_paths(engine: &Engine, paths: &[PathBuf], opts: &Options) -> Result<(Analysis, Vec<String>)> {
+    let mut x = log::expand_all(paths)?;
+    let failed = std::mem::take(&mut x.failed);
+    x.unread.extend(failed.iter().cloned());
+    Ok((explain(engine, x, opts)?, failed))
+}
+
 /// `explain` over in-memory files (name, raw bytes: any encoding, gzip or zstd, a dump, garbage):
 /// the fuzzer's and the property tests' entry. Must never panic or hang, whatever the bytes.
 pub fn explain_bytes(engine: &Engine, files: &[(&str, &[u8])], opts: &Options) -> Result<Analysis> {

@@ -484,6 +484,7 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
 
 #[test]
 fn clean_bad_dir_is_an_error_naming_it() {
+    use predicates::prelude::PredicateBooleanExt;
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no-such-dir");
     epdoctor(d.path(), d.path())
@@ -491,7 +492,16 @@ fn clean_bad_dir_is_an_error_naming_it() {
         .arg(&missing)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("no-such-dir"));
+        .stderr(predicates::str::contains("no-such-dir").and(predicates::str::contains("does not exist")));
+    // A file where a folder should be is a different mistake, said as such.
+    let file = d.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    epdoctor(d.path(), d.path())
+        .args(["clean", "--dir"])
+        .arg(&file)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("a-file is not a folder"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -634,11 +644,12 @@ fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
     let d = tempfile::tempdir().unwrap();
     let a = repro_run(d.path(), "run-a", "echo a-ran");
     let b = repro_run(d.path(), "run-b", "echo b-ran; exit 1");
+    // One folder per --repro: the log after the first is a log, wherever it stands (issue 28).
     let out = epdoctor(d.path(), d.path())
-        .args(["report", "--python-timeout", "5"])
+        .args(["report", "--python-timeout", "5", "--repro"])
+        .arg(&a)
         .arg(example_log())
         .arg("--repro")
-        .arg(&a)
         .arg(&b)
         .output()
         .unwrap();
@@ -647,7 +658,7 @@ fn report_takes_several_repro_folders_and_refuses_one_given_as_a_log() {
     assert_eq!(md.matches("## Reproduction").count(), 2, "{md}");
     assert!(md.contains("run-a") && md.contains("run-b") && md.contains("b-ran"), "{md}");
     assert!(md.contains("logs: verdict **benign**"), "the log is still explained: {md}");
-    // A run folder among the logs (`--repro a/ b/` with one --repro before the change) is refused.
+    // A run folder among the logs (`--repro a/ b/`: one --repro for two folders) is refused.
     let out = epdoctor(d.path(), d.path())
         .args(["report", "--python-timeout", "5"])
         .arg(&b)
@@ -686,4 +697,51 @@ fn env_checks_cite_nothing_outside_the_repository() {
     }
     let src = std::fs::read_to_string("src/env/checks.rs").unwrap();
     assert!(!src.contains("facts §"), "a check cites the shared facts document");
+}
+
+/// A venv whose lib64 is a link to lib (as `python -m venv` makes on many distributions): Python
+/// names both site-packages, LD_LIBRARY_PATH may name either; it is one library, listed once, and
+/// the other path it was found under is shown (issue 28, point 6).
+#[test]
+fn a_library_reached_through_a_linked_folder_is_listed_once_with_its_links() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let venv = d.path().join("venv");
+    let lib_site = venv.join("lib/python3.12/site-packages");
+    std::fs::create_dir_all(lib_site.join("nvidia/nccl/lib")).unwrap();
+    std::fs::copy(fixture("libnccl-2.32.3.rodata.bin"), lib_site.join("nvidia/nccl/lib/libnccl.so.2")).unwrap();
+    std::os::unix::fs::symlink("lib", venv.join("lib64")).unwrap();
+    let lib64_site = venv.join("lib64/python3.12/site-packages");
+    let answer = serde_json::json!({
+        "python": "3.12.3",
+        "executable": venv.join("bin/python3").display().to_string(),
+        "site_packages": [lib64_site.display().to_string(), lib_site.display().to_string()],
+    });
+    write_exe(&bin.join("python3"), &format!("#!/bin/sh\necho 'EPDOCTOR-PY {answer}'\n"));
+    let out = epdoctor(d.path(), &bin)
+        .env("LD_LIBRARY_PATH", lib_site.join("nvidia/nccl/lib"))
+        .args(["env", "--format", "json", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    let ours: Vec<&serde_json::Value> = v["libraries"]["nccl"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["real_path"].as_str().unwrap().starts_with(&d.path().canonicalize().unwrap().display().to_string())
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one file, one entry: {ours:#?}");
+    let seen: Vec<&str> =
+        ours[0]["also_at"].as_array().map_or(vec![], |a| a.iter().map(|p| p.as_str().unwrap()).collect());
+    assert!(seen.iter().any(|p| p.contains("lib64/python3.12")), "the lib64 path is shown: {:#?}", ours[0]);
+    let text = epdoctor(d.path(), &bin)
+        .env("LD_LIBRARY_PATH", lib_site.join("nvidia/nccl/lib"))
+        .args(["env", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("lib64/python3.12"), "the text names the link too:\n{text}");
 }

@@ -170,6 +170,92 @@ fn markdown_is_redacted() {
     assert!(String::from_utf8(out.stdout).unwrap().contains("gpu-node-17"));
 }
 
+/// Every form a host takes in a job's log, in one document (issue 28, point 2): no host text left,
+/// and one alias per host, whether named short (the NCCL prefix, srun) or in full (a URL, `<ip:port>`).
+#[test]
+fn markdown_gives_every_host_form_one_alias_per_host() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        f,
+        "dgx-b200-043:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer dgx-b200-044.cluster.example.com<10.1.2.4:41234>\n\
+         [W socket.cpp:752] The TCP client failed to connect/validate to host jdoe-laptop.local:29500\n\
+         [E socket.cpp:1011] rendezvous at c10d://dgx-b200-043.cluster.example.com:29400 failed, dashboard http://jdoe-laptop:8265/#/jobs\n\
+         slurmstepd-dgx-b200-044: error: *** STEP 77.0 ON dgx-b200-044 CANCELLED AT 2026-11-29T12:00:00 ***\n\
+         srun: error: dgx-b200-043: task 2: Exited with exit code 1"
+    )
+    .unwrap();
+    let out = epdoctor().args(["explain", "--format", "md", "--evidence", "20"]).arg(f.path()).output().unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    for leak in ["dgx", "b200", "jdoe", "laptop", "cluster.example", ".local", "10.1.2.4"] {
+        assert!(!md.contains(leak), "{leak} leaked:\n{md}");
+    }
+    assert!(md.contains("srun: error: host-1: task 2") && md.contains("c10d://host-1:29400"), "{md}");
+    let aliases: std::collections::BTreeSet<&str> =
+        md.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').filter(|w| w.starts_with("host-")).collect();
+    assert_eq!(aliases.len(), 3, "three hosts, three aliases: {aliases:?}\n{md}");
+}
+
+/// The Markdown header and `report` say each version once, with how it was found (issue 28,
+/// point 7): "torch 2.4.1 (inferred from ...)", never "torch 2.4.1 · torch 2.4.1 inferred".
+#[test]
+fn versions_are_said_once_with_how_they_were_found() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    // The watchdog line of torch 2.4.1 (tests/accuracy/dev/002, LLaMA-Factory#7396): its file:line tells the release.
+    writeln!(f, "[80748] [rank0]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.").unwrap();
+    let out = epdoctor().args(["explain", "--format", "md"]).arg(f.path()).output().unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    let header = md.lines().find(|l| l.starts_with("epdoctor ")).unwrap_or_else(|| panic!("{md}"));
+    assert_eq!((header.matches(" · NCCL ").count(), header.matches(" · torch ").count()), (1, 1), "{header}");
+    assert!(header.contains("torch 2.4.1 (inferred from the file:line"), "{header}");
+    assert!(header.contains("NCCL 2.20.5 (inferred: the NCCL the PyPI wheel of torch 2.4.1 pins"), "{header}");
+    assert!(!header.contains("NCCL unknown"), "{header}");
+}
+
+/// `--format github` (issue 28, point 8): workflow commands the Actions runner turns into
+/// annotations: one per finding at its first evidence line, one notice with the verdict; the exit
+/// status is the verdict's, as in every format. `--format junit`: one test case per finding.
+#[test]
+fn ci_formats_annotate_each_finding_and_say_the_verdict() {
+    // The DeepEP teardown pair and a peer that went away (which makes the pair its symptoms).
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/deepep-intranode-teardown.log"));
+    write!(f, "{}", example.unwrap()).unwrap();
+    writeln!(f, "gpu-a17:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-a18<41234>").unwrap();
+    let log = f.path().to_path_buf();
+    let (v, code) = json_of(&[log.to_str().unwrap()]);
+    let findings = v["findings"].as_array().unwrap();
+    let out = epdoctor().args(["explain", "--format", "github"]).arg(&log).output().unwrap();
+    assert_eq!(out.status.code(), Some(code));
+    let gh = String::from_utf8(out.stdout).unwrap();
+    assert!(gh.lines().all(|l| l.starts_with("::") && l.contains("::")), "{gh}");
+    for f in findings {
+        let e = &f["evidence"][0];
+        let at = format!(
+            "file={},line={},title=epdoctor {}::",
+            e["source"].as_str().unwrap(),
+            e["line"],
+            f["rule"].as_str().unwrap()
+        );
+        assert!(gh.lines().any(|l| l.contains(&at)), "{at} missing:\n{gh}");
+    }
+    let notices: Vec<&str> = gh.lines().filter(|l| l.starts_with("::notice title=epdoctor explain::")).collect();
+    assert_eq!(notices.len(), 1, "{gh}");
+    assert!(notices[0].contains(&format!("verdict {}", v["verdict"].as_str().unwrap())), "{gh}");
+    let out = epdoctor().args(["explain", "--format", "junit"]).arg(&log).output().unwrap();
+    let xml = String::from_utf8(out.stdout).unwrap();
+    assert!(xml.starts_with("<?xml") && xml.trim_end().ends_with("</testsuites>"), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), findings.len(), "{xml}");
+    let failing = findings.iter().filter(|f| f["benign"] == false && f["severity"] != "info").count();
+    assert!(failing > 0, "{v}");
+    assert_eq!(xml.matches("<failure ").count(), failing, "{xml}");
+    // The DeepEP teardown pair alone is benign: its test cases pass.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/deepep-intranode-teardown.log");
+    let out = epdoctor().args(["explain", "--format", "junit", example]).output().unwrap();
+    let xml = String::from_utf8(out.stdout).unwrap();
+    assert!(xml.matches("<testcase ").count() >= 2 && !xml.contains("<failure"), "benign findings pass:\n{xml}");
+}
+
 #[test]
 fn missing_path_is_exit_2_naming_it() {
     epdoctor()
@@ -463,6 +549,11 @@ fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
     assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
     for code in ["0", "1", "2", "3", "5"] {
         assert!(page.contains(&format!(".TP\n{code}\n")), "exit status {code} missing:\n{page}");
+    }
+    // lint decides 0, 1 and 2 by its own findings; each says what it means there.
+    for code in ["0", "1", "2"] {
+        let meaning = page.split(&format!(".TP\n{code}\n")).nth(1).and_then(|r| r.lines().next()).unwrap_or("");
+        assert!(meaning.contains("(lint)"), "exit status {code} does not say what it means for lint: {meaning}");
     }
     let d = tempfile::tempdir().unwrap();
     epdoctor().args(["man", "--dir"]).arg(d.path()).assert().code(0);

@@ -142,3 +142,25 @@ fn big_archives_keep_memory_bounded() {
         eprintln!("{}: peak RSS {kib} KiB", p.display());
     }
 }
+
+/// A missing path among several (issue 28, point 4): the others are explained, the missing one is
+/// named on stderr and in `unread`, and the status is 2 at the end, as ripgrep does.
+#[test]
+fn a_missing_path_is_named_and_the_rest_explained() {
+    let d = tempfile::tempdir().unwrap();
+    let (log, empty_dir, missing) = (d.path().join("rank0.log"), d.path().join("no-logs"), d.path().join("gone.log"));
+    std::fs::write(&log, TEARDOWN).unwrap();
+    std::fs::create_dir(&empty_dir).unwrap();
+    let (code, v, err) = explain_json(&[&missing, &log, &empty_dir]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(v["inputs"].as_array().map(Vec::len), Some(1), "rank0.log was still explained: {v}");
+    assert!(v["findings"].as_array().is_some_and(|f| !f.is_empty()), "{v}");
+    assert_ne!(v["verdict"], "benign", "a verdict past an unread path is never benign: {v}");
+    let unread = v["unread"].to_string();
+    assert!(unread.contains("gone.log") && unread.contains("no-logs"), "{unread}");
+    assert!(err.contains("gone.log") && err.contains("no-logs holds no log files"), "{err}");
+    // Only missing paths: an error before any output, naming each.
+    let (code, v, err) = explain_json(&[&missing, &empty_dir]);
+    assert_eq!((code, v), (2, serde_json::Value::Null), "{err}");
+    assert!(err.contains("gone.log") && err.contains("no-logs"), "{err}");
+}

@@ -80,6 +80,10 @@ fn kernels_rejects_a_bad_arch_before_loading_nvrtc() {
     assert!(err.contains("--arch banana") && err.contains("sm_XY"), "{err}");
     let a = epdoctor().args(["kernels", "--arch", "sm_60"]).assert().code(2);
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("7.0 or newer"));
+    // No GPU has compute capability 900.0: a usage error here too, with or without NVRTC.
+    let a = epdoctor().args(["kernels", "--arch", "sm_9000"]).assert().code(2);
+    let err = String::from_utf8_lossy(&a.get_output().stderr).into_owned();
+    assert!(err.contains("--arch sm_9000") && err.contains("sm_90,"), "{err}");
 }
 
 #[test]

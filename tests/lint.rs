@@ -165,6 +165,24 @@ fn sarif_has_the_shape_code_scanning_reads() {
     assert_eq!(info["level"], "note");
 }
 
+/// `--format github` (issue 28, point 8): the same findings as SARIF, as Actions annotations at
+/// their lines (a warning stays a warning, an info a notice), and one notice with the counts.
+#[test]
+fn github_format_annotates_each_finding_at_its_line() {
+    let file = fixture("rank-exit.py");
+    let out = epdoctor().args(["lint", "-f", "github"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let gh = String::from_utf8(out.stdout).unwrap();
+    let at = format!("::warning file={},line=15,title=epdoctor rank-exit-before-collective::", file.display());
+    assert!(gh.lines().any(|l| l.starts_with(&at)), "{at} missing:\n{gh}");
+    assert!(
+        gh.lines().any(|l| l.starts_with("::notice ") && l.contains("title=epdoctor destroy-not-on-exception")),
+        "{gh}"
+    );
+    assert_eq!(gh.lines().filter(|l| l.contains(",title=epdoctor ")).count(), 4, "{gh}");
+    assert!(gh.lines().last().unwrap().starts_with("::notice title=epdoctor lint::4 finding(s) in 1 file(s)"), "{gh}");
+}
+
 #[test]
 fn a_file_that_does_not_parse_exits_2_naming_file_and_position() {
     let dir = tempfile::tempdir().unwrap();

@@ -73,6 +73,7 @@ mod tests {
             path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
             real_path: "/home/alice/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
             names: vec!["libnccl.so.2".into()],
+            also_at: Vec::new(),
             found_via: vec!["python: nvidia/nccl".into()],
             size: 250_000_000,
             version: Some("2.28.3".into()),

@@ -32,11 +32,11 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         templates: args.unexplained,
         ..Default::default()
     };
-    let analysis = pipeline::explain_paths(&engine, &args.paths, &opts).input()?;
+    let (analysis, failed) = pipeline::explain_readable_paths(&engine, &args.paths, &opts).input()?;
     // The process ends right after: freeing the compiled rule set would only cost time.
     std::mem::forget(engine);
     // Without --evidence the other findings show fewer lines than the primary (2 in text, 3 in Markdown).
-    let others = args.evidence.unwrap_or(if args.format == crate::cli::Format::Md { 3 } else { 2 });
+    let others = args.evidence.unwrap_or(if args.format == crate::cli::ExplainFormat::Md { 3 } else { 2 });
     let o = output::Options {
         redact: !args.no_redact,
         evidence: args.evidence.unwrap_or(5),
@@ -45,7 +45,11 @@ pub fn run(args: &ExplainArgs) -> Result<u8> {
         ..output::Options::new(args.format.output())
     };
     output::print(&output::render(&analysis, &o)?)?;
-    Ok(crate::exit::of_verdict(analysis.verdict))
+    // The rest was explained; the paths that could not be read are errors, said last (as ripgrep).
+    for f in &failed {
+        eprintln!("epdoctor: {f}");
+    }
+    Ok(crate::exit::of_explain(analysis.verdict, failed.len()))
 }
 
 /// In-memory entry point for the fuzzer and the property tests: explain `files` (name, raw bytes:

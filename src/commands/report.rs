@@ -30,7 +30,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<u8> {
     for l in &args.logs {
         if l.join(CELLS_FILE).is_file() {
             problems.push(format!(
-                "{} is a repro run folder, not a log: give it with --repro (several run folders: --repro A B ...)",
+                "{} is a repro run folder, not a log: give it with --repro (one folder per flag: --repro A --repro B)",
                 l.display()
             ));
         }

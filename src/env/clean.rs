@@ -21,8 +21,13 @@ fn scan_for(proc_root: &Path, dir: &Path) -> ProcScan {
 }
 
 pub fn clean_dir(proc_root: &Path, dir: &Path, yes: bool) -> anyhow::Result<Outcome> {
-    if !dir.is_dir() {
-        anyhow::bail!("{} is not a folder (see --dir)", dir.display());
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!("{} does not exist (see --dir)", dir.display())
+        }
+        Err(e) => anyhow::bail!("cannot read {} (see --dir): {e}", dir.display()),
+        Ok(m) if !m.is_dir() => anyhow::bail!("{} is not a folder (see --dir)", dir.display()),
+        Ok(_) => {}
     }
     let scan = scan_for(proc_root, dir);
     let files = shm::list(dir, &scan, crate::sys::names::is_nccl_shm)

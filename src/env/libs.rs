@@ -319,6 +319,7 @@ pub fn find(dirs: &[SearchDir], cache: &[(String, String)]) -> Libraries {
                     path: path.display().to_string(),
                     real_path: real.display().to_string(),
                     names: Vec::new(),
+                    also_at: Vec::new(),
                     found_via: Vec::new(),
                     size: std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0),
                     version: None,
@@ -332,6 +333,10 @@ pub fn find(dirs: &[SearchDir], cache: &[(String, String)]) -> Libraries {
         });
         if !e.1.names.contains(&name) {
             e.1.names.push(name);
+        }
+        let shown = path.display().to_string();
+        if path.parent() != Path::new(&e.1.path).parent() && !e.1.also_at.contains(&shown) {
+            e.1.also_at.push(shown);
         }
         if !e.1.found_via.iter().any(|v| v == via) {
             e.1.found_via.push(via.to_string());

@@ -57,6 +57,9 @@ pub struct Expanded {
     /// Parts of what was given that could not be read whole (a cut archive, a member not read,
     /// a binary file): a verdict cannot be `clean` or `benign` past them.
     pub unread: Vec<String>,
+    /// Paths given that could not be read at all (missing, unreadable, a folder without logs),
+    /// each with why; only `expand_all` returns any.
+    pub failed: Vec<String>,
 }
 
 /// Bytes of an input's (unpacked) start that `sniff` looks at.
@@ -163,7 +166,18 @@ static OWN_JSON: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(||
 /// links to folders not followed, so a link loop cannot trap us; hidden files and folders, and
 /// documents epdoctor wrote, skipped), an archive is the files inside it, none at all is stdin.
 /// Binary files are skipped and empty ones noted.
+/// The first path that cannot be read is an error.
 pub fn expand(paths: &[PathBuf]) -> Result<Expanded> {
+    let x = expand_with(paths, &LIMITS)?;
+    if !x.failed.is_empty() {
+        anyhow::bail!("{}", x.failed.join("; "));
+    }
+    Ok(x)
+}
+
+/// `expand`, going on past paths that cannot be read: they are listed in `failed` (an error only
+/// when nothing at all can be read), as ripgrep goes on past a missing file.
+pub fn expand_all(paths: &[PathBuf]) -> Result<Expanded> {
     expand_with(paths, &LIMITS)
 }
 
@@ -172,30 +186,23 @@ pub(super) fn expand_with(paths: &[PathBuf], limits: &Limits) -> Result<Expanded
         return Ok(Expanded { inputs: vec![Input::Stdin], ..Default::default() });
     }
     let mut x = Expander::new(limits);
+    let mut failed = Vec::new();
     for p in paths {
         if p.as_os_str() == "-" {
             x.out.push(Input::Stdin);
-            continue;
-        }
-        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
-        if meta.is_dir() {
-            let before = (x.out.len(), x.skipped.values().map(Vec::len).sum::<usize>());
-            x.walk(p).with_context(|| format!("cannot read folder {}", p.display()))?;
-            if (x.out.len(), x.skipped.values().map(Vec::len).sum::<usize>()) == before {
-                anyhow::bail!("folder {} holds no log files", p.display());
-            }
-        } else {
-            // (Not a pipe: opening one and closing it again would lose its writer.)
-            if meta.is_file() {
-                File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            }
-            x.add(Src::File(p.clone()), 0, false);
+        } else if let Err(e) = x.expand_path(p) {
+            failed.push(format!("{e:#}"));
         }
     }
-    let x = x.finish();
+    let mut x = x.finish();
     if x.inputs.is_empty() {
-        anyhow::bail!("nothing to read: {}", x.notes.join("; "));
+        let why = failed.iter().chain(&x.notes).cloned().collect::<Vec<_>>().join("; ");
+        if failed.is_empty() {
+            anyhow::bail!("nothing to read: {why}");
+        }
+        anyhow::bail!("{why}");
     }
+    x.failed = failed;
     Ok(x)
 }
 
@@ -332,6 +339,25 @@ impl<'l> Expander<'l> {
         }
     }
 
+    /// One path the user gave (not `-`).
+    fn expand_path(&mut self, p: &Path) -> Result<()> {
+        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+        if meta.is_dir() {
+            let before = (self.out.len(), self.skipped.values().map(Vec::len).sum::<usize>());
+            self.walk(p).with_context(|| format!("cannot read folder {}", p.display()))?;
+            if (self.out.len(), self.skipped.values().map(Vec::len).sum::<usize>()) == before {
+                anyhow::bail!("folder {} holds no log files", p.display());
+            }
+        } else {
+            // (Not a pipe: opening one and closing it again would lose its writer.)
+            if meta.is_file() {
+                File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            }
+            self.add(Src::File(p.to_path_buf()), 0, false);
+        }
+        Ok(())
+    }
+
     fn finish(self) -> Expanded {
         let mut notes = Vec::new();
         for (why, what) in &self.skipped {
@@ -343,7 +369,7 @@ impl<'l> Expander<'l> {
             notes.push(format!("{why}: {list}"));
         }
         notes.extend(self.notes);
-        Expanded { inputs: self.out, notes, unread: self.unread }
+        Expanded { inputs: self.out, notes, unread: self.unread, failed: Vec::new() }
     }
 }
 

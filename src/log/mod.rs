@@ -7,7 +7,7 @@ pub mod prefix;
 pub mod record;
 pub mod records;
 
-pub use input::{clean_line, expand, is_clean, open, sniff, Content, Expanded, Input, LineReader};
+pub use input::{clean_line, expand, expand_all, is_clean, open, sniff, Content, Expanded, Input, LineReader};
 pub use names::{ranks_from_names, NameHint, RankKind};
 pub use prefilter::{Prefilter, Reach};
 pub use prefix::{strip_prefixes, Prefixed};

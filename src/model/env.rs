@@ -153,6 +153,10 @@ pub struct LibFile {
     pub real_path: String,
     /// Every name it was seen under.
     pub names: Vec<String>,
+    /// The paths in other folders it was also found under (a folder reached through a link, such
+    /// as a venv's lib64 -> lib): the same file, listed once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_at: Vec<String>,
     /// How it was found: "LD_LIBRARY_PATH", "loader cache", "system dir", "python: nvidia/nccl" ...
     pub found_via: Vec<String>,
     pub size: u64,

@@ -287,11 +287,11 @@ fn text_leftovers(s: &mut String, r: &EnvReport, bold: Style) {
 }
 
 fn lib_path(l: &LibFile) -> String {
-    if l.path == l.real_path {
-        l.path.clone()
-    } else {
-        format!("{} -> {}", l.path, l.real_path)
+    let mut s = if l.path == l.real_path { l.path.clone() } else { format!("{} -> {}", l.path, l.real_path) };
+    if !l.also_at.is_empty() {
+        s += &format!(" (also as {})", l.also_at.join(", "));
     }
+    s
 }
 
 fn p2p_table(r: &EnvReport) -> String {

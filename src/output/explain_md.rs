@@ -12,6 +12,20 @@ use crate::model::{Analysis, Finding, Verdict};
 /// How the document starts (`explain` knows it by this and does not read it as a log).
 pub(crate) const HEADING: &str = crate::model::headings::EXPLAIN_MD;
 
+/// NCCL's and torch's version, each said once with how it was found (`NCCL 2.22.3 (stated: NCCL
+/// version line)`, `torch 2.5.1 (inferred from ...)`); `Err` holds `NCCL unknown` and the like.
+pub(crate) fn versions_said(a: &Analysis) -> [Result<String, String>; 2] {
+    [("NCCL", "nccl", &a.nccl_version), ("torch", "torch", &a.torch_version)].map(|(name, id, value)| {
+        match a.versions.iter().find(|v| v.component == id) {
+            Some(v) => {
+                let sep = if v.detail.starts_with("from ") { " " } else { ": " };
+                Ok(format!("{name} {} ({}{sep}{})", v.value, v.how, v.detail))
+            }
+            None => value.as_ref().map(|v| format!("{name} {v}")).ok_or(format!("{name} unknown")),
+        }
+    })
+}
+
 /// The explain section of a document whose redactor is `md`'s (`report` writes several sections).
 pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
     // Learn every hostname first, so a name is masked even where it appears before the line
@@ -35,11 +49,7 @@ pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
         s.push('\n');
     }
     let mut facts = vec![format!("epdoctor {}", a.tool_version)];
-    facts.push(format!("NCCL {}", a.nccl_version.as_deref().unwrap_or("unknown")));
-    facts.push(format!("torch {}", a.torch_version.as_deref().unwrap_or("unknown")));
-    for v in a.versions.iter().filter(|v| v.how == "inferred") {
-        facts.push(format!("{} {} inferred {}", v.component, v.value, v.detail));
-    }
+    facts.extend(versions_said(a).into_iter().map(|v| v.unwrap_or_else(|e| e)));
     let _ = writeln!(s, "{}\n", inline(&facts.join(" · ")));
     if let Some(p) = &a.primary {
         let head = if a.verdict == Verdict::Actionable { "Primary finding" } else { "What it is" };

@@ -172,6 +172,34 @@ fn sarif_fix(x: &crate::model::LintFix, f: &Finding) -> Value {
     })
 }
 
+/// GitHub Actions annotations: one per finding at its line (warning or worse fails the job as the
+/// exit status says), one error per file that does not parse, one notice with the counts.
+pub fn github(r: &LintReport) -> String {
+    use super::workflow::command;
+    let mut s = String::new();
+    for e in &r.errors {
+        s.push_str(&command("error", Some((&e.source, e.line)), "epdoctor lint: syntax error", &e.text));
+    }
+    for f in &r.findings {
+        let level = match f.severity {
+            Severity::Error | Severity::Fatal => "error",
+            Severity::Warning => "warning",
+            _ => "notice",
+        };
+        let at = f.evidence.first().map(|e| (e.source.as_str(), e.line));
+        s.push_str(&command(
+            level,
+            at,
+            &format!("epdoctor {}", f.rule),
+            &format!("{}\nFix: {}", f.title, super::explain_ci::one_line(&f.fix)),
+        ));
+    }
+    let summary =
+        format!("{} finding(s) in {} file(s), {} not parsed", r.findings.len(), r.files.len(), r.errors.len());
+    s.push_str(&command("notice", None, "epdoctor lint", &summary));
+    s
+}
+
 pub fn sarif(r: &LintReport) -> Value {
     let mut v = sarif_value(r);
     drop_nulls(&mut v);

@@ -2,6 +2,7 @@
 //! redacted), JSON (the contract).
 pub mod color;
 pub mod env;
+pub mod explain_ci;
 pub mod explain_md;
 pub mod explain_text;
 pub mod lint;
@@ -10,6 +11,7 @@ pub mod redact;
 pub mod report;
 pub mod repro;
 pub mod rules;
+pub mod workflow;
 
 use std::io::Write as _;
 
@@ -28,6 +30,10 @@ pub enum Format {
     Json,
     /// SARIF 2.1.0 (lint).
     Sarif,
+    /// GitHub Actions workflow commands (explain, lint).
+    Github,
+    /// JUnit XML (explain).
+    Junit,
 }
 
 /// What the command layer decided about the output, so no writer sees a flag.
@@ -65,6 +71,12 @@ pub trait Document: Serialize {
     fn sarif(&self) -> Option<serde_json::Value> {
         None
     }
+    fn github(&self) -> Option<String> {
+        None
+    }
+    fn junit(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `d` in the format `o` names.
@@ -77,6 +89,8 @@ pub fn render<D: Document + ?Sized>(d: &D, o: &Options) -> anyhow::Result<String
         }
         Format::Json => json(d),
         Format::Sarif => json(&d.sarif().ok_or_else(|| anyhow::anyhow!("this document has no SARIF form"))?),
+        Format::Github => d.github().ok_or_else(|| anyhow::anyhow!("this document has no GitHub Actions form"))?,
+        Format::Junit => d.junit().ok_or_else(|| anyhow::anyhow!("this document has no JUnit form"))?,
     })
 }
 
@@ -102,6 +116,12 @@ impl Document for Analysis {
     fn markdown(&self, o: &Options, md: &mut Md) -> String {
         explain_md::write(self, o, md)
     }
+    fn github(&self) -> Option<String> {
+        Some(explain_ci::github(self))
+    }
+    fn junit(&self) -> Option<String> {
+        Some(explain_ci::junit(self))
+    }
 }
 
 impl Document for EnvReport {
@@ -125,6 +145,9 @@ impl Document for LintReport {
     }
     fn sarif(&self) -> Option<serde_json::Value> {
         Some(lint::sarif(self))
+    }
+    fn github(&self) -> Option<String> {
+        Some(lint::github(self))
     }
 }
 

@@ -12,6 +12,10 @@ struct Res {
     kv_host: Regex,
     addr_host: Regex,
     peer_host: Regex,
+    slurm_host: Regex,
+    slurmstepd: Regex,
+    host_port: Regex,
+    url_host: Regex,
     ipv4: Regex,
     ipv6: Regex,
     email: Regex,
@@ -34,6 +38,14 @@ fn res() -> &'static Res {
         kv_host: Regex::new(r"(?i)\b(?:hostname|host|host_name|master_addr|node|nodename|rdzv_endpoint|endpoint)\s*[=:]\s*([A-Za-z][A-Za-z0-9_.-]*)").unwrap(),
         // c10d's peer forms: `[node-1]:29500` and `(node-1, 29500)`.
         peer_host: Regex::new(r"(?:\[([A-Za-z][A-Za-z0-9_.-]*)\]:\d+|\(([A-Za-z][A-Za-z0-9_.-]*), \d+\))").unwrap(),
+        // Slurm's own lines: `srun: error: node7: task 2: Exited ...`, `*** STEP 77.0 ON node7 CANCELLED AT ...`.
+        slurm_host: Regex::new(r"(?:\bsrun: error: ([A-Za-z][A-Za-z0-9_.-]*): task\b|\*\*\* (?:STEP|JOB) \S+ ON ([A-Za-z][A-Za-z0-9_.-]*) CANCELLED\b)").unwrap(),
+        // `slurmstepd-node7: error: ...`: the name is glued to the word, so it is replaced on its own.
+        slurmstepd: Regex::new(r"\bslurmstepd-([A-Za-z][A-Za-z0-9_.-]*):").unwrap(),
+        // c10d's `failed to connect/validate to host node7.local:29500` (a port makes it a host).
+        host_port: Regex::new(r"(?i)\bhost\s+([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*):\d+").unwrap(),
+        // `scheme://[user@]host`: a rendezvous (tcp://, c10d://, env://), a dashboard (http://).
+        url_host: Regex::new(r"\b[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/\s]+@)?([A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*)").unwrap(),
         ipv4: Regex::new(r"\b(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b").unwrap(),
         // An optional zone (`fe80::1%eth0`) belongs to the address.
         ipv6: Regex::new(r"(?i)(?:\b[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){2,7}\b|::ffff:[0-9a-f.:]+)(?:%[A-Za-z0-9_.-]+)?").unwrap(),
@@ -47,9 +59,33 @@ fn res() -> &'static Res {
     })
 }
 
+/// Public sites a log's URL may name (documentation, issues, package indexes): not hosts to hide.
+const PUBLIC_DOMAINS: &[&str] = &[
+    "github.com",
+    "githubusercontent.com",
+    "pytorch.org",
+    "nvidia.com",
+    "python.org",
+    "pypi.org",
+    "huggingface.co",
+    "ray.io",
+    "readthedocs.io",
+    "schedmd.com",
+    "docs.rs",
+];
+
+fn is_public(host: &str) -> bool {
+    let h = host.to_ascii_lowercase();
+    PUBLIC_DOMAINS.iter().any(|d| h == *d || h.strip_suffix(d).is_some_and(|r| r.ends_with('.')))
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Redactor {
+    /// Every known spelling of a host (short name, FQDN) -> its alias.
     hosts: HashMap<String, String>,
+    /// First label of every host learned -> its alias, so that `node7` and `node7.cluster` are one host.
+    short_names: HashMap<String, String>,
+    host_aliases: usize,
     ips: HashMap<String, String>,
     users: HashMap<String, String>,
     emails: HashMap<String, String>,
@@ -65,12 +101,32 @@ impl Redactor {
         Redactor::default()
     }
 
-    /// Treat `host` as a hostname wherever it appears (e.g. this machine's own name).
+    /// Treat `host` as a hostname wherever it appears (e.g. this machine's own name). A short name
+    /// and its FQDN get one alias: an intranode peer must not look like a second node.
     pub fn learn_host(&mut self, host: &str) {
-        let h = host.trim();
-        if h.len() >= 2 && !self.hosts.contains_key(h) && h != "localhost" {
-            pseudonym(&mut self.hosts, h, "host");
+        let h = host.trim().trim_end_matches('.');
+        if h.len() < 2 || self.hosts.contains_key(h) || h == "localhost" {
+            return;
         }
+        let short = h.split('.').next().unwrap_or(h);
+        // An address's first number is no short name.
+        let named = short.len() >= 2 && short.bytes().any(|b| b.is_ascii_alphabetic());
+        let alias = match self.short_names.get(short).filter(|_| named) {
+            Some(a) => a.clone(),
+            None => {
+                self.host_aliases += 1;
+                format!("host-{}", self.host_aliases)
+            }
+        };
+        if named {
+            self.short_names.entry(short.to_string()).or_insert_with(|| alias.clone());
+            // The bare short name is replaced wherever it stands only when it looks like a host
+            // name (a digit, `-`, `_`): `login.cluster.org` must not hide the word "login".
+            if short != h && short.bytes().any(|b| b.is_ascii_digit() || b == b'-' || b == b'_') {
+                self.hosts.entry(short.to_string()).or_insert_with(|| alias.clone());
+            }
+        }
+        self.hosts.insert(h.to_string(), alias);
     }
 
     /// Learn hostnames from a text (also quoted, as in a command line `echo 'node7:1:2 [0] ...'`) before redacting it, so every mention gets the same pseudonym.
@@ -88,6 +144,18 @@ impl Redactor {
                     if !r.ipv4.is_match(h.as_str()) {
                         self.learn_host(h.as_str());
                     }
+                }
+            }
+            let (slurm, stepd, port) =
+                (r.slurm_host.captures_iter(line), r.slurmstepd.captures_iter(line), r.host_port.captures_iter(line));
+            for c in slurm.chain(stepd).chain(port) {
+                if let Some(h) = c.iter().skip(1).flatten().next() {
+                    self.learn_host(h.as_str());
+                }
+            }
+            for c in r.url_host.captures_iter(line) {
+                if !is_public(&c[1]) && !c[1].starts_with("host-") {
+                    self.learn_host(&c[1]);
                 }
             }
             for c in r.kv_host.captures_iter(line) {
@@ -138,6 +206,14 @@ impl Redactor {
             .into_owned();
         s = r.root_home.replace_all(&s, "${1}~$2").into_owned();
         if !self.hosts.is_empty() {
+            let hosts = &self.hosts;
+            s = r
+                .slurmstepd
+                .replace_all(&s, |c: &regex::Captures| match hosts.get(&c[1]) {
+                    Some(a) => format!("slurmstepd-{a}:"),
+                    None => c[0].to_string(),
+                })
+                .into_owned();
             s = replace_hosts(&s, &self.hosts);
             // Names with characters outside a hostname's (given to learn_host): longest first.
             let mut odd: Vec<(&String, &String)> = self.hosts.iter().filter(|(h, _)| !h.bytes().all(is_word)).collect();
@@ -252,7 +328,7 @@ mod tests {
         let mut r = Redactor::new();
         r.learn_host("node7");
         r.learn_host("node7.cluster");
-        assert_eq!(r.redact("node7.cluster node7.other node7 xnode7"), "host-2 host-1.other host-1 xnode7");
+        assert_eq!(r.redact("node7.cluster node7.other node7 xnode7"), "host-1 host-1.other host-1 xnode7");
     }
 
     #[test]
@@ -269,6 +345,40 @@ mod tests {
         assert!(s.contains("host-1<ip-1:45678>"), "{s}");
         assert!(s.contains("/scratch/user-1/run") && s.contains("~/.cache/x.py"), "{s}");
         assert!(s.contains("c10d::add and std::abs stay"), "{s}");
+    }
+
+    /// Every form a host takes in a job's log (issue 28): one alias per host, short name and FQDN
+    /// alike, and no trace of any name left.
+    #[test]
+    fn every_host_form_gets_one_alias_per_host() {
+        let doc = "dgx-b200-043:1139:1151 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer dgx-b200-044.cluster.example.com<10.1.2.4:41234>\n\
+                   srun: error: dgx-b200-043: task 2: Exited with exit code 1\n\
+                   slurmstepd-dgx-b200-044: error: *** STEP 77.0 ON dgx-b200-044 CANCELLED AT 2026-11-29T12:00:00 ***\n\
+                   [W socket.cpp:752] The TCP client failed to connect/validate to host jdoe-laptop.local:29500\n\
+                   rendezvous at c10d://dgx-b200-043.cluster.example.com:29400, dashboard http://jdoe-laptop:8265/#/jobs\n\
+                   see https://github.com/pytorch/pytorch/issues/1 and https://docs.pytorch.org/docs\n";
+        let mut r = Redactor::new();
+        let s = r.redact(doc);
+        for leak in ["dgx", "b200", "jdoe", "laptop", "cluster.example", "example.com", ".local", "10.1.2.4"] {
+            assert!(!s.contains(leak), "{leak} left in:\n{s}");
+        }
+        let aliases: std::collections::BTreeSet<&str> =
+            s.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').filter(|w| w.starts_with("host-")).collect();
+        assert_eq!(aliases.len(), 3, "three hosts, three aliases: {aliases:?}\n{s}");
+        // dgx-b200-043 in the prefix, srun's line and the URL's FQDN: one alias.
+        let line = |i: usize| s.lines().nth(i).unwrap();
+        let first = line(0).split(':').next().unwrap();
+        assert!(
+            line(1).contains(&format!("error: {first}: task")) && line(4).contains(&format!("c10d://{first}:")),
+            "{s}"
+        );
+        assert!(
+            line(5).contains("github.com/pytorch") && line(5).contains("docs.pytorch.org"),
+            "public sites stay: {s}"
+        );
+        // A plain word as a short name is not hidden everywhere; its FQDN is.
+        let mut r = Redactor::new();
+        assert_eq!(r.redact("host login.cluster.org:22 refused; login failed"), "host host-1:22 refused; login failed");
     }
 
     #[test]

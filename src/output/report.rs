@@ -34,11 +34,8 @@ pub(crate) fn markdown(doc: &Doc, red: Option<&mut Redactor>) -> String {
         if let Some(p) = &a.primary {
             facts.push(format!("primary finding: {} {}", md.code(&p.rule), md.text(&p.title)));
         }
-        if let Some(v) = &a.nccl_version {
-            facts.push(format!("NCCL in the logs: {}", md.text(v)));
-        }
-        if let Some(v) = &a.torch_version {
-            facts.push(format!("torch in the logs: {}", md.text(v)));
+        for v in super::explain_md::versions_said(a).into_iter().flatten() {
+            facts.push(format!("in the logs: {}", md.text(&v)));
         }
     }
     let nccl: Vec<String> = env

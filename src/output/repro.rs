@@ -111,7 +111,7 @@ pub fn partial_note(run: &Run) -> Option<String> {
 fn header_lines(run: &Run) -> Vec<String> {
     let mut v = Vec::new();
     let what = if run.workload == "command" {
-        format!("your command `{}`", run.command.join(" "))
+        format!("your command `{}`", shell_line(&run.command))
     } else {
         let n = run.ranks.unwrap_or(0);
         format!("the built-in workload, {n} rank{}", if n == 1 { "" } else { "s" })
@@ -152,6 +152,20 @@ fn header_lines(run: &Run) -> Vec<String> {
     v
 }
 
+/// A command line as a POSIX shell would take it back: words with nothing special stay bare, the
+/// others go in single quotes (`python3 -c 'print("hi")'`), so it can be pasted and rerun.
+fn shell_line(words: &[String]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    let quote = |w: &String| {
+        if !w.is_empty() && w.chars().all(plain) {
+            w.clone()
+        } else {
+            format!("'{}'", w.replace('\'', "'\\''"))
+        }
+    };
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
 /// The report's line about the launcher.
 fn launcher_line(l: &LauncherOut) -> String {
     match l {
@@ -161,7 +175,7 @@ fn launcher_line(l: &LauncherOut) -> String {
             if a.owned { "allocated by epdoctor, cancelled at the end" } else { "the allocation epdoctor ran in" },
             a.nodes.join(", ")
         ),
-        LauncherOut::Torchrun { command } => format!("Launcher: `{}` per cell", command.join(" ")),
+        LauncherOut::Torchrun { command } => format!("Launcher: `{}` per cell", shell_line(command)),
     }
 }
 
@@ -364,4 +378,18 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         s.push('\n');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn commands_are_quoted_as_a_shell_takes_them() {
+        let w = |v: &[&str]| super::shell_line(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(w(&["python3", "-c", "print(\"hi\")"]), r#"python3 -c 'print("hi")'"#);
+        assert_eq!(
+            w(&["torchrun", "--nproc-per-node=8", "train.py", "a b", ""]),
+            "torchrun --nproc-per-node=8 train.py 'a b' ''"
+        );
+        assert_eq!(w(&["echo", "it's", "$HOME"]), r#"echo 'it'\''s' '$HOME'"#);
+    }
 }

@@ -32,19 +32,34 @@ pub struct Compiled {
     pub secs: f64,
 }
 
-/// `sm_90`, `compute_90`, ... (what NVRTC's --gpu-architecture takes).
+/// Compute capabilities of NVIDIA GPUs from Volta on (the kernels need 7.0), as NVRTC of CUDA 12
+/// and 13 names them; checked before NVRTC is loaded so a typo is a usage error on any machine.
+const ARCHES: &[u32] = &[70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121];
+
+/// `sm_90`, `compute_90`, `sm_90a`, `sm_100f`, ... (what NVRTC's --gpu-architecture takes).
 pub fn check_arch(arch: &str) -> Result<()> {
-    let digits = arch.strip_prefix("sm_").or_else(|| arch.strip_prefix("compute_"));
-    match digits {
-        Some(d) if d.len() >= 2 && d.chars().take(d.len() - 1).all(|c| c.is_ascii_digit()) => {
-            let n: u32 = d.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse().unwrap_or(0);
-            if n < 70 {
-                bail!("--arch {arch}: the kernels need compute capability 7.0 or newer (sm_70+)");
-            }
-            Ok(())
-        }
-        _ => bail!("--arch {arch}: expected sm_XY or compute_XY, e.g. sm_90"),
+    let Some(rest) = arch.strip_prefix("sm_").or_else(|| arch.strip_prefix("compute_")) else {
+        bail!("--arch {arch}: expected sm_XY or compute_XY, e.g. sm_90");
+    };
+    let digits = rest.trim_end_matches(['a', 'f']);
+    let suffix = &rest[digits.len()..];
+    let Ok(n) = digits.parse::<u32>() else {
+        bail!("--arch {arch}: expected sm_XY or compute_XY, e.g. sm_90");
+    };
+    if !digits.chars().all(|c| c.is_ascii_digit()) || suffix.len() > 1 {
+        bail!("--arch {arch}: expected sm_XY or compute_XY, e.g. sm_90");
     }
+    if n < 70 {
+        bail!("--arch {arch}: the kernels need compute capability 7.0 or newer (sm_70+)");
+    }
+    if !ARCHES.contains(&n) || (!suffix.is_empty() && n < 90) {
+        let known: Vec<String> = ARCHES.iter().map(|a| format!("sm_{a}")).collect();
+        bail!(
+            "--arch {arch}: not a compute capability NVRTC knows; one of {} (a or f suffix from sm_90)",
+            known.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Whether libnvrtc can be loaded (cudarc panics on first use otherwise).
@@ -227,6 +242,11 @@ mod tests {
         assert!(check_arch("banana").is_err());
         assert!(check_arch("sm_").is_err());
         assert!(check_arch("sm_9x0").is_err());
+        assert!(check_arch("sm_100f").is_ok() && check_arch("sm_120a").is_ok());
+        for bad in ["sm_9000", "sm_91", "sm_80a", "sm_90aa", "sm_+90"] {
+            let e = check_arch(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
     }
 
     #[test]
