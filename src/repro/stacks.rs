@@ -511,7 +511,7 @@ Thread 0x7F12 (active): \"pt_nccl_watchdg\"\n    ncclCommGetAsyncError (libnccl.
         assert_eq!(t[0].name, "MainThread");
         assert_eq!(t[0].frames.len(), 4);
         assert!(t[0].frames[2].python && !t[0].frames[1].python);
-        assert_eq!(fold(&t[0].frames), "x.py:3");
+        assert_eq!(fold(&t[0].frames), "wait_for_peer (x.py:3)");
         assert_eq!(t[1].tid, None);
         assert_eq!(fold(&t[1].frames), "ncclCommGetAsyncError <- watchdogHandler");
     }
