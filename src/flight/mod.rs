@@ -74,6 +74,27 @@ fn looks_like_dump(bytes: &[u8]) -> bool {
         && [&b"version"[..], b"entries", b"pg_config"].iter().any(|k| h.windows(k.len()).any(|w| w == *k))
 }
 
+/// The dump at `path`, if the file is one (its first bytes are read first: a log is never read whole).
+pub fn read_if_dump(path: &Path) -> Option<Dump> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path).ok()?.take(64).read_to_end(&mut head).ok()?;
+    looks_like_dump(&head).then(|| read(path).ok()).flatten()
+}
+
+/// Each rank's last enqueued collective in the group most ranks belong to (the default group).
+pub fn last_enqueued(dumps: &[Dump]) -> BTreeMap<u32, i64> {
+    let pg = dumps
+        .iter()
+        .flat_map(|d| d.groups.iter().map(|(k, g)| (g.ranks.len(), k.clone())))
+        .max()
+        .map(|(_, k)| k)
+        .filter(|k| dumps.iter().any(|d| d.pg_status.contains_key(k)))
+        .or_else(|| dumps.iter().flat_map(|d| d.pg_status.keys()).min().cloned());
+    let Some(pg) = pg else { return BTreeMap::new() };
+    dumps.iter().filter_map(|d| Some((d.rank?, d.pg_status.get(&pg)?.enqueued))).collect()
+}
+
 /// Read one dump.
 pub fn read(path: &Path) -> anyhow::Result<Dump> {
     use anyhow::Context;
