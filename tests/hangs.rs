@@ -25,7 +25,7 @@ fn torch_destroy_hang_on_2_32_3_folds_to_the_barrier_in_finalize() {
     assert_eq!(
         fold(&t.frames),
         "ncclOsSocketTryAccept <- ... <- bootstrapP2PBarrier <- bootstrapIntraNodeBarrier <- ... <- ncclCommFinalize \
-         <- ... <- ProcessGroupNCCL::shutdown <- ... <- destroy_process_group <- device-hangs-torch.py:110"
+         <- ... <- ProcessGroupNCCL::shutdown <- ... <- destroy_process_group <- rank_main (device-hangs-torch.py:110)"
     );
     assert!(fold_full(&t.frames).contains(
         "commDestroySync <- ncclAsyncJobMain <- asyncJobLaunch <- groupLaunchLegacy <- groupLaunch <- ncclGroupEndInternal \
@@ -46,11 +46,11 @@ fn builtin_early_exit_survivor_stack_from_eu_stack() {
 fn a_rank_waiting_for_a_collective_and_the_rank_that_never_called_it() {
     let waits = "cuCtxSynchronize_v2 <- cudaDeviceSynchronize <- cuda::device_synchronize <- THCPModule_cudaSynchronize <- synchronize";
     let r0 = main_thread("hangs/torch-2.28.9-skip-rank0.py-spy.txt", parse_py_spy);
-    assert_eq!(fold(&r0.frames), format!("{waits} <- device-hangs-torch.py:84"));
+    assert_eq!(fold(&r0.frames), format!("{waits} <- rank_main (device-hangs-torch.py:84)"));
     let r1 = main_thread("hangs/torch-2.28.9-skip-rank1.py-spy.txt", parse_py_spy);
-    assert_eq!(fold(&r1.frames), "device-hangs-torch.py:81", "time.sleep instead of the all_reduce");
+    assert_eq!(fold(&r1.frames), "rank_main (device-hangs-torch.py:81)", "time.sleep instead of the all_reduce");
     let k = main_thread("hangs/torch-2.32.3-kill-survivor-rank0.py-spy.txt", parse_py_spy);
-    assert_eq!(fold(&k.frames), format!("{waits} <- device-hangs-torch.py:104"));
+    assert_eq!(fold(&k.frames), format!("{waits} <- rank_main (device-hangs-torch.py:104)"));
 }
 
 fn explain_json(args: &[&Path]) -> (Option<i32>, Value, String) {
@@ -79,7 +79,10 @@ fn explain_on_a_folder_of_dumps_and_logs_names_the_rank_that_never_joined() {
     assert_eq!(v["primary"]["rule"], "fr-rank-never-joined");
     let e = evidence(&v);
     assert!(e.contains("seq=5 op=all_reduce") && e.contains("rank 1 never joined (last enqueued #4)"), "{e}");
-    assert!(e.ends_with("rank 0 enqueued it, called at all_reduce <- wrapper <- device-hangs-torch.py:83"), "{e}");
+    assert!(
+        e.ends_with("rank 0 enqueued it, called at all_reduce <- wrapper <- rank_main (device-hangs-torch.py:83)"),
+        "{e}"
+    );
     let rules: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
     assert!(rules.contains(&"torch-watchdog-timeout"), "the log's findings stay: {rules:?}");
     // The dumps alone say the same; the log alone does not know the culprit but says where to look.
@@ -99,7 +102,7 @@ fn explain_finds_a_mismatched_collective() {
     let (_, v, _) = explain_json(&[&fixture("fr/mismatch")]);
     assert_eq!(v["primary"]["rule"], "fr-collective-mismatch");
     assert!(evidence(&v).ends_with(
-        "seq=5: collective mismatch: rank 0 all_reduce [[4096]] [Float]; rank 1 all_reduce [[2048]] [BFloat16]"
+        "seq=5: collective mismatch, culprit rank 1: rank 0 all_reduce [[4096]] [Float]; rank 1 all_reduce [[2048]] [BFloat16]"
     ));
 }
 
@@ -157,4 +160,187 @@ fn the_pickle_reader_survives_cut_and_corrupted_dumps() {
             let _ = flight::from_bytes(&b, Path::new(f));
         }
     }
+}
+
+/// A protocol-2 pickle of a JSON value, as Python's pickler writes one (dicts, lists, strings,
+/// ints, bools, None): enough to write dumps in torch's format for the cases no real run gave.
+fn pickle_of(v: &Value) -> Vec<u8> {
+    fn one(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Null => out.push(b'N'),
+            Value::Bool(b) => out.push(if *b { 0x88 } else { 0x89 }),
+            Value::Number(n) => {
+                out.push(b'J');
+                out.extend((n.as_i64().unwrap() as i32).to_le_bytes());
+            }
+            Value::String(s) => {
+                out.push(b'X');
+                out.extend((s.len() as u32).to_le_bytes());
+                out.extend(s.as_bytes());
+            }
+            Value::Array(a) => {
+                out.extend(b"](");
+                a.iter().for_each(|x| one(x, out));
+                out.push(b'e');
+            }
+            Value::Object(o) => {
+                out.extend(b"}(");
+                for (k, x) in o {
+                    one(&Value::String(k.clone()), out);
+                    one(x, out);
+                }
+                out.push(b'u');
+            }
+        }
+    }
+    let mut out = vec![0x80, 2];
+    one(v, &mut out);
+    out.push(b'.');
+    out
+}
+
+/// One rank's dump in torch's 2.10 format (FlightRecorder.cpp's keys); `status`: (enqueued,
+/// completed), or None for a dump of an older torch without `pg_status`; `entries`: (seq, op, size, state).
+fn dump_2_10(status: Option<(i64, i64)>, entries: &[(i64, &str, i64, &str)], ranks: &str) -> Vec<u8> {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(seq, op, size, state)| {
+            serde_json::json!({
+                "record_id": seq - 1, "pg_id": 0, "process_group": ["0", "default_pg"],
+                "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": format!("nccl:{op}"),
+                "input_sizes": [[size]], "input_dtypes": ["Float"], "output_sizes": [[size]], "output_dtypes": ["Float"],
+                "state": state, "is_p2p": false, "retired": false, "timeout_ms": 600000,
+                "frames": [{"name": op, "filename": "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", "line": 2800},
+                           {"name": "train_step", "filename": "/job/train.py", "line": 88}]
+            })
+        })
+        .collect();
+    let mut d = serde_json::json!({
+        "version": "2.10", "comm_lib_version": "2.28.9",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks}},
+        "entries": entries,
+    });
+    if let Some((enq, done)) = status {
+        d["pg_status"] = serde_json::json!({"0": {
+            "last_enqueued_collective": enq, "last_started_collective": -1, "last_completed_collective": done}});
+    }
+    pickle_of(&d)
+}
+
+fn write_dumps(d: &Path, dumps: &[(&str, Vec<u8>)]) {
+    for (name, bytes) in dumps {
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
+}
+
+#[test]
+fn real_gloo_dumps_of_torch_2_15_name_the_rank_without_a_dump_and_the_one_that_never_joined() {
+    // scripts/fr-gloo-dumps.py with torch 2.15.0 (CPU, gloo): pg_config keyed '' and pg_status '0',
+    // files named <host>_<rank>, ops `gloo:all_reduce`.
+    let (code, v, err) = explain_json(&[&fixture("fr/gloo-missing")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(v["primary"]["rule"], "fr-rank-without-dump");
+    assert_eq!(v["primary"]["ranks"], serde_json::json!([3]));
+    assert!(evidence(&v).ends_with(
+        "pg=0 (default_pg): rank 3 of the group wrote no Flight Recorder dump while ranks 0, 1, 2 wait in seq=7 op=all_reduce"
+    ), "{}", evidence(&v));
+    let (_, v, _) = explain_json(&[&fixture("fr/gloo-skip")]);
+    assert_eq!(v["primary"]["rule"], "fr-rank-never-joined");
+    assert_eq!(v["primary"]["ranks"], serde_json::json!([3]));
+    let e = evidence(&v);
+    assert!(
+        e.contains("seq=7 op=all_reduce sizes=[[1024]] dtypes=[Float]: rank 3 never joined (last enqueued #6)"),
+        "{e}"
+    );
+    assert!(e.ends_with("called at all_reduce <- wrapper <- rank_main (fr-gloo-dumps.py:38)"), "{e}");
+}
+
+#[test]
+fn dumps_without_pg_status_are_read_from_their_entries() {
+    let d = tempfile::tempdir().unwrap();
+    let done: Vec<(i64, &str, i64, &str)> = (1..=4).map(|s| (s, "all_reduce", 4096, "completed")).collect();
+    let mut waiting = done.clone();
+    waiting.push((5, "all_reduce", 4096, "started"));
+    // A prefix of the user's choice and an extension: the rank is still the number the name ends with.
+    write_dumps(
+        d.path(),
+        &[("job7_fr_0.pkl", dump_2_10(None, &waiting, "[0, 1]")), ("job7_fr_1.pkl", dump_2_10(None, &done, "[0, 1]"))],
+    );
+    let (code, v, err) = explain_json(&[d.path()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(v["primary"]["rule"], "fr-rank-never-joined");
+    assert_eq!(v["primary"]["ranks"], serde_json::json!([1]));
+    assert!(evidence(&v)
+        .contains("seq=5 op=all_reduce sizes=[[4096]] dtypes=[Float]: rank 1 never joined (last enqueued #4)"));
+}
+
+#[test]
+fn every_rank_enqueued_seq_42_and_none_completed_it() {
+    let d = tempfile::tempdir().unwrap();
+    let mut e: Vec<(i64, &str, i64, &str)> = (30..=41).map(|s| (s, "all_reduce", 1024, "completed")).collect();
+    e.push((42, "all_gather", 8192, "scheduled"));
+    let dumps: Vec<(String, Vec<u8>)> =
+        (0..4).map(|r| (format!("nccl_trace_rank_{r}"), dump_2_10(Some((42, 41)), &e, "[0, 1, 2, 3]"))).collect();
+    let refs: Vec<(&str, Vec<u8>)> = dumps.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+    write_dumps(d.path(), &refs);
+    let (code, v, err) = explain_json(&[d.path()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(v["primary"]["rule"], "fr-collective-not-completed", "{v:#}");
+    assert!(
+        evidence(&v).ends_with(
+            "seq=42 op=all_gather sizes=[[8192]] dtypes=[Float]: every rank enqueued it and none completed it \
+         (ranks 0, 1, 2, 3; state scheduled), called at all_gather <- train_step (train.py:88)"
+        ),
+        "{}",
+        evidence(&v)
+    );
+}
+
+#[test]
+fn a_mismatch_names_the_odd_rank_out() {
+    let d = tempfile::tempdir().unwrap();
+    let e = |size| -> Vec<(i64, &str, i64, &str)> {
+        vec![(9, "all_reduce", 64, "completed"), (10, "all_reduce", size, "scheduled")]
+    };
+    let dumps: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|r| {
+            (
+                format!("nccl_trace_rank_{r}"),
+                dump_2_10(Some((10, 9)), &e(if r == 3 { 2048 } else { 4096 }), "[0, 1, 2, 3]"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = dumps.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+    write_dumps(d.path(), &refs);
+    let (_, v, _) = explain_json(&[d.path()]);
+    assert_eq!(v["primary"]["rule"], "fr-collective-mismatch");
+    assert_eq!(v["primary"]["ranks"], serde_json::json!([3]), "the culprit, not all four");
+    assert!(evidence(&v).ends_with(
+        "seq=10: collective mismatch, culprit rank 3: ranks 0, 1, 2 all_reduce [[4096]] [Float]; rank 3 all_reduce [[2048]] [Float]"
+    ), "{}", evidence(&v));
+}
+
+#[test]
+fn a_hostile_pickle_is_an_error_not_an_abort() {
+    // 200 000 nested lists (1.2 MB as Python's pickler writes them: EMPTY_LIST, BINPUT... APPEND).
+    let d = tempfile::tempdir().unwrap();
+    let mut p = b"\x80\x02}q\x00X\x07\x00\x00\x00entriesq\x01".to_vec();
+    for i in 0..200_000u32 {
+        p.push(b']');
+        p.push(b'r');
+        p.extend((i + 2).to_le_bytes());
+    }
+    p.extend(std::iter::repeat_n(b'a', 199_999));
+    p.extend(b"s.");
+    assert!(p.len() > 1_100_000);
+    let f = d.path().join("nccl_trace_rank_0");
+    std::fs::write(&f, &p).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_epdoctor")).arg("explain").arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("nested deeper than 200 levels") && err.contains("nccl_trace_rank_0"), "{err}");
+    // Beside a log it is a note and the log is still explained.
+    let (code, v, _) = explain_json(&[&f, &fixture("fr/skip/cmd.log")]);
+    assert_eq!(code, Some(1));
+    assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("nested deeper than 200")));
 }

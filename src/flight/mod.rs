@@ -32,6 +32,8 @@ pub struct Dump {
     pub nccl: Option<String>,
     pub groups: BTreeMap<String, Group>,
     pub pg_status: BTreeMap<String, Status>,
+    /// pg_status was not in the dump (older torch): read from the entries.
+    pub derived: bool,
     pub entries: Vec<Entry>,
 }
 
@@ -51,9 +53,12 @@ pub struct Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub pg: String,
+    /// The group's name and description (`process_group`); the name keys `pg_config`.
+    pub pg_name: Option<String>,
+    pub pg_desc: Option<String>,
     pub seq: i64,
     pub p2p: bool,
-    /// `all_reduce` (without the `nccl:` prefix).
+    /// `all_reduce` (without the backend's `nccl:` or `gloo:` prefix).
     pub op: String,
     pub sizes: String,
     pub dtypes: String,
@@ -67,6 +72,27 @@ fn looks_like_dump(bytes: &[u8]) -> bool {
     let h = &bytes[..bytes.len().min(64)];
     pickle::looks_like(h)
         && [&b"version"[..], b"entries", b"pg_config"].iter().any(|k| h.windows(k.len()).any(|w| w == *k))
+}
+
+/// The dump at `path`, if the file is one (its first bytes are read first: a log is never read whole).
+pub fn read_if_dump(path: &Path) -> Option<Dump> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path).ok()?.take(64).read_to_end(&mut head).ok()?;
+    looks_like_dump(&head).then(|| read(path).ok()).flatten()
+}
+
+/// Each rank's last enqueued collective in the group most ranks belong to (the default group).
+pub fn last_enqueued(dumps: &[Dump]) -> BTreeMap<u32, i64> {
+    let pg = dumps
+        .iter()
+        .flat_map(|d| d.groups.iter().map(|(k, g)| (g.ranks.len(), k.clone())))
+        .max()
+        .map(|(_, k)| k)
+        .filter(|k| dumps.iter().any(|d| d.pg_status.contains_key(k)))
+        .or_else(|| dumps.iter().flat_map(|d| d.pg_status.keys()).min().cloned());
+    let Some(pg) = pg else { return BTreeMap::new() };
+    dumps.iter().filter_map(|d| Some((d.rank?, d.pg_status.get(&pg)?.enqueued))).collect()
 }
 
 /// Read one dump.
@@ -85,13 +111,7 @@ pub fn from_bytes(data: &[u8], path: &Path) -> anyhow::Result<Dump> {
     if v.get("entries").is_none() && v.get("pg_status").is_none() {
         anyhow::bail!("{}: a pickle, but not a Flight Recorder dump (no `entries`, no `pg_status`)", path.display());
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let digits: String = name.chars().rev().take_while(|c| c.is_ascii_digit()).collect();
-    let rank = v
-        .get("rank")
-        .and_then(Value::as_int)
-        .and_then(|r| u32::try_from(r).ok())
-        .or_else(|| digits.chars().rev().collect::<String>().parse().ok());
+    let rank = v.get("rank").and_then(Value::as_int).and_then(|r| u32::try_from(r).ok()).or_else(|| rank_of_name(path));
     let mut groups = BTreeMap::new();
     if let Some(Value::Dict(kv)) = v.get("pg_config") {
         for (k, g) in kv {
@@ -112,6 +132,7 @@ pub fn from_bytes(data: &[u8], path: &Path) -> anyhow::Result<Dump> {
             groups.insert(key(k), Group { desc, ranks });
         }
     }
+    let entries: Vec<Entry> = v.get("entries").map(|e| e.items().iter().map(entry).collect()).unwrap_or_default();
     let mut pg_status = BTreeMap::new();
     if let Some(Value::Dict(kv)) = v.get("pg_status") {
         for (k, s) in kv {
@@ -126,7 +147,11 @@ pub fn from_bytes(data: &[u8], path: &Path) -> anyhow::Result<Dump> {
             );
         }
     }
-    let entries = v.get("entries").map(|e| e.items().iter().map(entry).collect()).unwrap_or_default();
+    // Older dumps have no pg_status: each group's progress from its entries, as torch's analyser reads it.
+    let derived = pg_status.is_empty();
+    if derived {
+        pg_status = status_from_entries(&entries);
+    }
     Ok(Dump {
         path: path.to_path_buf(),
         rank,
@@ -134,8 +159,34 @@ pub fn from_bytes(data: &[u8], path: &Path) -> anyhow::Result<Dump> {
         nccl: v.get("comm_lib_version").and_then(Value::as_str).map(String::from),
         groups,
         pg_status,
+        derived,
         entries,
     })
+}
+
+/// The rank a dump's file name ends with: `nccl_trace_rank_3`, `host7_3`, `fr_3.pkl`.
+fn rank_of_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let stem = [".pkl", ".pickle", ".bin"].iter().find_map(|x| name.strip_suffix(x)).unwrap_or(&name);
+    let digits: String = stem.chars().rev().take_while(|c| c.is_ascii_digit()).collect();
+    digits.chars().rev().collect::<String>().parse().ok()
+}
+
+/// Each group's last enqueued, started and completed collective from the entries' sequence numbers
+/// and states (entries of point-to-point ops number apart and are left out).
+fn status_from_entries(entries: &[Entry]) -> BTreeMap<String, Status> {
+    let mut out: BTreeMap<String, Status> = BTreeMap::new();
+    for e in entries.iter().filter(|e| !e.p2p && e.seq >= 0) {
+        let s = out.entry(e.pg.clone()).or_insert(Status { enqueued: -1, started: -1, completed: -1 });
+        s.enqueued = s.enqueued.max(e.seq);
+        if e.state == "started" || e.state == "completed" {
+            s.started = s.started.max(e.seq);
+        }
+        if e.state == "completed" {
+            s.completed = s.completed.max(e.seq);
+        }
+    }
+    out
 }
 
 fn key(v: &Value) -> String {
@@ -198,13 +249,41 @@ fn entry(e: &Value) -> Entry {
     let name = e.get("profiling_name").and_then(Value::as_str).unwrap_or("?");
     Entry {
         pg: e.get("pg_id").map(key).unwrap_or_default(),
+        pg_name: e.get("process_group").and_then(|g| g.items().first()).map(key),
+        pg_desc: e.get("process_group").and_then(|g| g.items().get(1)).and_then(Value::as_str).map(String::from),
         seq: e.get("collective_seq_id").and_then(Value::as_int).unwrap_or(-1),
         p2p: e.get("is_p2p").and_then(Value::as_bool).unwrap_or(false),
-        op: name.strip_prefix("nccl:").unwrap_or(name).to_string(),
+        op: strip_backend(name).to_string(),
         sizes: show(e.get("input_sizes")),
         dtypes: show(e.get("input_dtypes")),
         state: e.get("state").and_then(Value::as_str).unwrap_or("?").to_string(),
         stack,
+    }
+}
+
+/// `nccl:all_reduce`, `gloo:all_reduce` -> `all_reduce`.
+fn strip_backend(name: &str) -> &str {
+    match name.split_once(':') {
+        Some((b, op)) if !b.is_empty() && b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') => op,
+        _ => name,
+    }
+}
+
+/// A group's configuration: by its id, else by the name its entries give (gloo dumps key
+/// `pg_config` by name: `''` while `pg_status` says `'0'`), else the only group there is.
+fn group_of(dumps: &[Dump], pg: &str) -> Group {
+    if let Some(g) = dumps.iter().find_map(|d| d.groups.get(pg)) {
+        return g.clone();
+    }
+    let name = dumps.iter().flat_map(|d| &d.entries).find(|e| e.pg == pg).and_then(|e| e.pg_name.clone());
+    if let Some(g) = name.and_then(|n| dumps.iter().find_map(|d| d.groups.get(&n))) {
+        return g.clone();
+    }
+    let only: BTreeSet<Vec<u32>> =
+        dumps.iter().filter(|d| d.groups.len() == 1).flat_map(|d| d.groups.values().map(|g| g.ranks.clone())).collect();
+    match (only.len(), dumps.iter().all(|d| d.groups.len() <= 1)) {
+        (1, true) => dumps.iter().find_map(|d| d.groups.values().next()).cloned().unwrap_or_default(),
+        _ => Group::default(),
     }
 }
 
@@ -213,96 +292,155 @@ fn ranks_text(r: &[u32]) -> String {
     format!("{} {}", if r.len() == 1 { "rank" } else { "ranks" }, s.join(", "))
 }
 
-/// What the dumps say, as `[epdoctor-fr]` lines (one fact a line), for the engine.
+/// What the dumps say, as `[epdoctor-fr]` lines (one fact a line), for the engine. A line that
+/// names a culprit says so (`culprit rank 3`, `rank 1 never joined`, `rank 3 of the group wrote no
+/// ... dump`): the engine reads the rank from there.
 pub fn lines(dumps: &[Dump]) -> Vec<String> {
     let mut out = Vec::new();
     for d in dumps {
         let name = d.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         out.push(format!(
-            "{PREFIX} dump {name}: rank={} version={} nccl={} entries={}",
+            "{PREFIX} dump {name}: rank={} version={} nccl={} entries={}{}",
             d.rank.map(|r| r.to_string()).unwrap_or_else(|| "?".into()),
             d.version,
             d.nccl.as_deref().unwrap_or("?"),
-            d.entries.len()
+            d.entries.len(),
+            if d.derived { " (no pg_status: progress read from the entries)" } else { "" }
         ));
     }
     let pgs: BTreeSet<&String> = dumps.iter().flat_map(|d| d.pg_status.keys()).collect();
     for pg in pgs {
-        let group = dumps.iter().find_map(|d| d.groups.get(pg)).cloned().unwrap_or_default();
-        let label = if group.desc.is_empty() { format!("pg={pg}") } else { format!("pg={pg} ({})", group.desc) };
-        let have: BTreeMap<u32, (&Dump, Status)> =
-            dumps.iter().filter_map(|d| Some((d.rank?, (d, *d.pg_status.get(pg)?)))).collect();
-        for (r, (_, s)) in &have {
-            out.push(format!(
-                "{PREFIX} {label} rank={r} last_enqueued={} last_started={} last_completed={}",
-                s.enqueued, s.started, s.completed
-            ));
-        }
-        let at = |d: &Dump, seq: i64| d.entries.iter().find(|e| &e.pg == pg && !e.p2p && e.seq == seq).cloned();
-        // Ranks of the group that wrote no dump.
-        let missing: Vec<u32> = group.ranks.iter().copied().filter(|r| !have.contains_key(r)).collect();
-        let lo = have.values().map(|(_, s)| s.completed).min().unwrap_or(0);
-        let hi = have.values().map(|(_, s)| s.enqueued).max().unwrap_or(0);
-        let mut culprit = false;
-        for seq in (lo + 1).max(1)..=hi {
-            let joined: Vec<u32> = have.iter().filter(|(_, (_, s))| s.enqueued >= seq).map(|(r, _)| *r).collect();
-            let absent: Vec<u32> = have.iter().filter(|(_, (_, s))| s.enqueued < seq).map(|(r, _)| *r).collect();
-            let mut seen: Vec<(u32, Entry)> = joined.iter().filter_map(|r| Some((*r, at(have[r].0, seq)?))).collect();
-            seen.sort_by_key(|(r, _)| *r);
-            let Some((_, first)) = seen.first().cloned() else { continue };
-            let desc = format!("seq={seq} op={} sizes={} dtypes={}", first.op, first.sizes, first.dtypes);
-            let stack = first.stack.as_deref().map(|s| format!(", called at {s}")).unwrap_or_default();
-            if !absent.is_empty() {
-                let last: Vec<String> = absent.iter().map(|r| format!("#{}", have[r].1.enqueued)).collect();
-                out.push(format!(
-                    "{PREFIX} {label} {desc}: {} never joined (last enqueued {}); {} enqueued it{stack}",
-                    ranks_text(&absent),
-                    last.join(", "),
-                    ranks_text(&joined)
-                ));
-                culprit = true;
-                break;
-            }
-            let differ: Vec<&(u32, Entry)> = seen
-                .iter()
-                .filter(|(_, e)| (&e.op, &e.sizes, &e.dtypes) != (&first.op, &first.sizes, &first.dtypes))
-                .collect();
-            if !differ.is_empty() {
-                let each: Vec<String> =
-                    seen.iter().map(|(r, e)| format!("rank {r} {} {} {}", e.op, e.sizes, e.dtypes)).collect();
-                out.push(format!("{PREFIX} {label} seq={seq}: collective mismatch: {}", each.join("; ")));
-                culprit = true;
-                break;
-            }
-        }
-        if !missing.is_empty() {
-            let waits = have
-                .iter()
-                .filter(|(_, (_, s))| s.enqueued > s.completed)
-                .filter_map(|(r, (d, s))| {
-                    let e = at(d, s.completed + 1)?;
-                    Some(format!("rank {r} waits in seq={} op={}", e.seq, e.op))
-                })
-                .collect::<Vec<_>>();
-            let waits = if waits.is_empty() { String::new() } else { format!(" while {}", waits.join(", ")) };
-            out.push(format!(
-                "{PREFIX} {label}: {} of the group wrote no Flight Recorder dump{waits}",
-                ranks_text(&missing)
-            ));
-        } else if !culprit {
-            for (r, (d, s)) in &have {
-                if s.enqueued > s.completed {
-                    if let Some(e) = at(d, s.completed + 1) {
-                        out.push(format!(
-                            "{PREFIX} {label} rank={r} seq={} op={} not completed (state {}), every rank joined it",
-                            e.seq, e.op, e.state
-                        ));
-                    }
-                }
-            }
-        }
+        group_lines(dumps, pg, &mut out);
     }
     out
+}
+
+/// The entry of collective `seq` of group `pg` in one dump.
+fn at(d: &Dump, pg: &str, seq: i64) -> Option<Entry> {
+    d.entries.iter().find(|e| e.pg == pg && !e.p2p && e.seq == seq).cloned()
+}
+
+/// One group's facts: the first collective some rank never joined, else the first whose ranks
+/// disagree, then the ranks without a dump, else the collective every rank joined and none finished.
+fn group_lines(dumps: &[Dump], pg: &str, out: &mut Vec<String>) {
+    let mut group = group_of(dumps, pg);
+    if group.desc.is_empty() {
+        let desc = dumps.iter().flat_map(|d| &d.entries).find(|e| e.pg == pg).and_then(|e| e.pg_desc.clone());
+        group.desc = desc.unwrap_or_default();
+    }
+    let label = if group.desc.is_empty() { format!("pg={pg}") } else { format!("pg={pg} ({})", group.desc) };
+    let have: BTreeMap<u32, (&Dump, Status)> =
+        dumps.iter().filter_map(|d| Some((d.rank?, (d, *d.pg_status.get(pg)?)))).collect();
+    for (r, (_, s)) in &have {
+        out.push(format!(
+            "{PREFIX} {label} rank={r} last_enqueued={} last_started={} last_completed={}",
+            s.enqueued, s.started, s.completed
+        ));
+    }
+    let missing: Vec<u32> = group.ranks.iter().copied().filter(|r| !have.contains_key(r)).collect();
+    let lo = have.values().map(|(_, s)| s.completed).min().unwrap_or(0);
+    let hi = have.values().map(|(_, s)| s.enqueued).max().unwrap_or(0);
+    let mut culprit = false;
+    for seq in (lo + 1).max(1)..=hi {
+        let joined: Vec<u32> = have.iter().filter(|(_, (_, s))| s.enqueued >= seq).map(|(r, _)| *r).collect();
+        let absent: Vec<u32> = have.iter().filter(|(_, (_, s))| s.enqueued < seq).map(|(r, _)| *r).collect();
+        let seen: Vec<(u32, Entry)> = joined.iter().filter_map(|r| Some((*r, at(have[r].0, pg, seq)?))).collect();
+        let Some((_, first)) = seen.first().cloned() else { continue };
+        let desc = format!("seq={seq} op={} sizes={} dtypes={}", first.op, first.sizes, first.dtypes);
+        let stack = first.stack.as_deref().map(|s| format!(", called at {s}")).unwrap_or_default();
+        if !absent.is_empty() {
+            let last: Vec<String> = absent.iter().map(|r| format!("#{}", have[r].1.enqueued)).collect();
+            out.push(format!(
+                "{PREFIX} {label} {desc}: {} never joined (last enqueued {}); {} enqueued it{stack}",
+                ranks_text(&absent),
+                last.join(", "),
+                ranks_text(&joined)
+            ));
+            culprit = true;
+            break;
+        }
+        if let Some(line) = mismatch(&seen) {
+            out.push(format!("{PREFIX} {label} seq={seq}: collective mismatch, {line}"));
+            culprit = true;
+            break;
+        }
+    }
+    if !missing.is_empty() {
+        // Ranks waiting in the same collective are named together.
+        let mut by_wait: Vec<((i64, String), Vec<u32>)> = Vec::new();
+        for (r, (d, s)) in have.iter().filter(|(_, (_, s))| s.enqueued > s.completed) {
+            let Some(e) = at(d, pg, s.completed + 1) else { continue };
+            match by_wait.iter_mut().find(|(k, _)| k.0 == e.seq && k.1 == e.op) {
+                Some((_, rs)) => rs.push(*r),
+                None => by_wait.push(((e.seq, e.op), vec![*r])),
+            }
+        }
+        let waits: Vec<String> = by_wait
+            .iter()
+            .map(|((seq, op), rs)| {
+                format!("{} {} in seq={seq} op={op}", ranks_text(rs), if rs.len() == 1 { "waits" } else { "wait" })
+            })
+            .collect();
+        let waits = if waits.is_empty() { String::new() } else { format!(" while {}", waits.join(", ")) };
+        out.push(format!(
+            "{PREFIX} {label}: {} of the group wrote no Flight Recorder dump{waits}",
+            ranks_text(&missing)
+        ));
+    } else if !culprit {
+        not_completed(&have, pg, &label, out);
+    }
+}
+
+/// The ranks whose collective differs from the others' at one sequence number: the odd ones out
+/// (the signature most ranks share is the reference; on a tie, the lowest rank's, as torch's
+/// analyser compares with the first rank).
+fn mismatch(seen: &[(u32, Entry)]) -> Option<String> {
+    let sig = |e: &Entry| format!("{} {} {}", e.op, e.sizes, e.dtypes);
+    let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+    for (r, e) in seen {
+        match groups.iter_mut().find(|(s, _)| *s == sig(e)) {
+            Some((_, rs)) => rs.push(*r),
+            None => groups.push((sig(e), vec![*r])),
+        }
+    }
+    if groups.len() < 2 {
+        return None;
+    }
+    let most = groups.iter().map(|(_, rs)| rs.len()).max().unwrap_or(0);
+    let reference = groups.iter().position(|(_, rs)| rs.len() == most).unwrap_or(0);
+    let odd: Vec<u32> =
+        groups.iter().enumerate().filter(|(i, _)| *i != reference).flat_map(|(_, (_, rs))| rs.clone()).collect();
+    let each: Vec<String> = groups.iter().map(|(s, rs)| format!("{} {s}", ranks_text(rs))).collect();
+    Some(format!("culprit {}: {}", ranks_text(&odd), each.join("; ")))
+}
+
+/// Every rank joined: the collective where they all wait (none completed it), or the ranks that did
+/// not complete what others did.
+fn not_completed(have: &BTreeMap<u32, (&Dump, Status)>, pg: &str, label: &str, out: &mut Vec<String>) {
+    let stuck: Vec<(u32, Entry)> = have
+        .iter()
+        .filter(|(_, (d, s))| s.enqueued > s.completed && !(d.derived && s.completed < 0 && s.started < 0))
+        .filter_map(|(r, (d, s))| Some((*r, at(d, pg, s.completed + 1)?)))
+        .collect();
+    let Some((_, first)) = stuck.first().cloned() else { return };
+    let desc = format!("seq={} op={} sizes={} dtypes={}", first.seq, first.op, first.sizes, first.dtypes);
+    let same: Vec<u32> = stuck.iter().filter(|(_, e)| e.seq == first.seq).map(|(r, _)| *r).collect();
+    let stack = first.stack.as_deref().map(|s| format!(", called at {s}")).unwrap_or_default();
+    if same.len() == have.len() && same.len() == stuck.len() {
+        out.push(format!(
+            "{PREFIX} {label} {desc}: every rank enqueued it and none completed it ({}; state {}){stack}",
+            ranks_text(&same),
+            first.state
+        ));
+    } else {
+        let done: Vec<u32> = have.keys().copied().filter(|r| !same.contains(r)).collect();
+        out.push(format!(
+            "{PREFIX} {label} {desc}: {} did not complete it (state {}), {} did{stack}",
+            ranks_text(&same),
+            first.state,
+            ranks_text(&done)
+        ));
+    }
 }
 
 /// Split the inputs: Flight Recorder dumps (read here) and everything else (logs for the engine).
@@ -388,10 +526,13 @@ mod tests {
             nccl: Some("2.28.9".into()),
             groups: [("0".to_string(), Group { desc: "default_pg".into(), ranks: vec![0, 1] })].into(),
             pg_status: [("0".to_string(), Status { enqueued: enq, started: -1, completed: done })].into(),
+            derived: false,
             entries: entries
                 .into_iter()
                 .map(|(seq, op, sizes, dtypes)| Entry {
                     pg: "0".into(),
+                    pg_name: Some("0".into()),
+                    pg_desc: Some("default_pg".into()),
                     seq,
                     p2p: false,
                     op: op.into(),
@@ -420,7 +561,7 @@ mod tests {
         let l = lines(&d);
         assert!(
             l.iter().any(|x| x.ends_with(
-                "seq=5: collective mismatch: rank 0 all_reduce [[4096]] [Float]; rank 1 all_reduce [[2048]] [BFloat16]"
+                "seq=5: collective mismatch, culprit rank 1: rank 0 all_reduce [[4096]] [Float]; rank 1 all_reduce [[2048]] [BFloat16]"
             )),
             "{l:#?}"
         );

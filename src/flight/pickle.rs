@@ -2,7 +2,9 @@
 //! TorchScript pickler, protocol 4/5 from Python's): the opcodes for None, bools, ints, floats,
 //! strings, bytes, lists, tuples, dicts, memo, and globals. A global applied to arguments (REDUCE)
 //! stays a `Call`, except TorchScript's list builders, which are the list itself.
-//! Bad input is an error naming the offset, never a panic; sizes and depth are bounded.
+//! Bad input is an error naming the offset, never a panic: nesting (200 levels) and the values made
+//! (8 million, memo copies included) are bounded, so a hostile pickle cannot overflow the stack or
+//! exhaust memory.
 
 use std::collections::HashMap;
 
@@ -66,17 +68,44 @@ pub struct Error {
     pub at: usize,
 }
 
-const MAX_DEPTH: usize = 10_000;
-const MAX_ITEMS: usize = 50_000_000;
+/// Containers inside containers: a Flight Recorder dump nests about six deep; far more is hostile
+/// (and dropping or cloning it would overflow the stack).
+pub const MAX_DEPTH: u32 = 200;
+/// Values alive at once, memo copies included (about 64 bytes each): the memory bound.
+pub const MAX_VALUES: usize = 8_000_000;
+/// Stack slots (values and marks) at once.
+const MAX_STACK: usize = 1_000_000;
+
+/// How deep a value nests and how many values it holds (itself included).
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
+    depth: u32,
+    values: usize,
+}
+
+impl Meta {
+    fn leaf(v: &Value) -> Meta {
+        let bytes = match v {
+            Value::Str(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 0,
+        };
+        Meta { depth: 0, values: 1 + bytes / 64 }
+    }
+    /// The children's aggregate, as held by one more container level.
+    fn join(self, other: Meta) -> Meta {
+        Meta { depth: self.depth.max(other.depth), values: self.values + other.values }
+    }
+}
 
 enum Slot {
-    V(Value),
+    V(Value, Meta),
     Mark,
 }
 
 /// Read one pickle from `data` (what follows its STOP is ignored).
 pub fn parse(data: &[u8]) -> Result<Value, Error> {
-    let mut p = Parser { d: data, i: 0, stack: Vec::new(), memo: HashMap::new(), items: 0 };
+    let mut p = Parser { d: data, i: 0, stack: Vec::new(), memo: HashMap::new(), values: 0 };
     p.run()
 }
 
@@ -84,8 +113,9 @@ struct Parser<'a> {
     d: &'a [u8],
     i: usize,
     stack: Vec<Slot>,
-    memo: HashMap<u64, Value>,
-    items: usize,
+    memo: HashMap<u64, (Value, Meta)>,
+    /// Values made so far (a bound on memory, not an exact count of what is alive).
+    values: usize,
 }
 
 impl Parser<'_> {
@@ -122,36 +152,92 @@ impl Parser<'_> {
         self.i += n + 1;
         Ok(s)
     }
-    fn push(&mut self, v: Value) -> Result<(), Error> {
-        self.items += 1;
-        if self.items > MAX_ITEMS || self.stack.len() > MAX_DEPTH * 100 {
-            return self.err("too many values");
+    /// Count `m.values` more values against the memory bound.
+    fn spend(&mut self, m: Meta) -> Result<(), Error> {
+        self.values = self.values.saturating_add(m.values);
+        if self.values > MAX_VALUES {
+            return self.err(format!("more than {MAX_VALUES} values (the reader's memory bound)"));
         }
-        self.stack.push(Slot::V(v));
         Ok(())
     }
-    fn pop(&mut self) -> Result<Value, Error> {
+    fn push_m(&mut self, v: Value, m: Meta) -> Result<(), Error> {
+        if self.stack.len() >= MAX_STACK {
+            return self.err(format!("more than {MAX_STACK} values on the stack"));
+        }
+        self.stack.push(Slot::V(v, m));
+        Ok(())
+    }
+    /// A value made from the input (a leaf).
+    fn push(&mut self, v: Value) -> Result<(), Error> {
+        let m = Meta::leaf(&v);
+        self.spend(m)?;
+        self.push_m(v, m)
+    }
+    /// A container (or call) holding values whose aggregate is `inner`.
+    fn push_nested(&mut self, v: Value, inner: Meta) -> Result<(), Error> {
+        let m = Meta { depth: inner.depth + 1, values: inner.values + 1 };
+        self.check_depth(m.depth)?;
+        self.spend(Meta { depth: 0, values: 1 })?;
+        self.push_m(v, m)
+    }
+    fn check_depth(&self, depth: u32) -> Result<(), Error> {
+        if depth > MAX_DEPTH {
+            return self.err(format!("containers nested deeper than {MAX_DEPTH} levels"));
+        }
+        Ok(())
+    }
+    fn pop_m(&mut self) -> Result<(Value, Meta), Error> {
         match self.stack.pop() {
-            Some(Slot::V(v)) => Ok(v),
+            Some(Slot::V(v, m)) => Ok((v, m)),
             Some(Slot::Mark) => self.err("a mark where a value was expected"),
             None => self.err("an empty stack"),
         }
     }
-    fn top(&mut self) -> Result<&mut Value, Error> {
+    fn pop(&mut self) -> Result<Value, Error> {
+        self.pop_m().map(|(v, _)| v)
+    }
+    fn top_m(&mut self) -> Result<(&mut Value, &mut Meta), Error> {
         let at = self.i;
         match self.stack.last_mut() {
-            Some(Slot::V(v)) => Ok(v),
+            Some(Slot::V(v, m)) => Ok((v, m)),
             _ => Err(Error { what: "no value on the stack".into(), at }),
         }
     }
-    /// The values above the topmost mark, and the mark removed.
-    fn pop_mark(&mut self) -> Result<Vec<Value>, Error> {
+    /// The values above the topmost mark (with their aggregate), and the mark removed.
+    fn pop_mark(&mut self) -> Result<(Vec<Value>, Meta), Error> {
         let Some(m) = self.stack.iter().rposition(|s| matches!(s, Slot::Mark)) else {
             return self.err("no mark on the stack");
         };
         let vals = self.stack.split_off(m + 1);
         self.stack.pop();
-        Ok(vals.into_iter().filter_map(|s| if let Slot::V(v) = s { Some(v) } else { None }).collect())
+        let mut agg = Meta::default();
+        let vals = vals
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::V(v, m) => {
+                    agg = agg.join(m);
+                    Some(v)
+                }
+                Slot::Mark => None,
+            })
+            .collect();
+        Ok((vals, agg))
+    }
+    /// A copy of the top value (for the memo, DUP), counted against the memory bound.
+    fn memo_value(&mut self) -> Result<(Value, Meta), Error> {
+        // Counted before the copy is made: a copy past the bound is never made.
+        let m = *self.top_m()?.1;
+        self.spend(m)?;
+        Ok((self.top_m()?.0.clone(), m))
+    }
+    /// The top container grows by values whose aggregate is `inner`.
+    fn grow_top(&mut self, inner: Meta) -> Result<(), Error> {
+        let depth = inner.depth + 1;
+        self.check_depth(depth)?;
+        let (_, m) = self.top_m()?;
+        m.depth = m.depth.max(depth);
+        m.values += inner.values;
+        Ok(())
     }
     fn str_of(&self, b: &[u8]) -> Value {
         Value::Str(String::from_utf8_lossy(b).into_owned())
@@ -175,7 +261,8 @@ impl Parser<'_> {
         buf[..b.len()].copy_from_slice(b);
         Value::Int(i64::from_le_bytes(buf))
     }
-    fn set_items(&mut self, vals: Vec<Value>) -> Result<(), Error> {
+    fn set_items(&mut self, vals: Vec<Value>, inner: Meta) -> Result<(), Error> {
+        self.grow_top(inner)?;
         if vals.len() % 2 != 0 {
             return self.err("SETITEMS with an odd number of values");
         }
@@ -184,7 +271,7 @@ impl Parser<'_> {
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
             pairs.push((k, v));
         }
-        match self.top()? {
+        match self.top_m()?.0 {
             Value::Dict(d) => {
                 d.extend(pairs);
                 Ok(())
@@ -192,8 +279,9 @@ impl Parser<'_> {
             _ => self.err("SETITEMS on something that is not a dict"),
         }
     }
-    fn append(&mut self, vals: Vec<Value>) -> Result<(), Error> {
-        match self.top()? {
+    fn append(&mut self, vals: Vec<Value>, inner: Meta) -> Result<(), Error> {
+        self.grow_top(inner)?;
+        match self.top_m()?.0 {
             Value::List(l) => {
                 l.extend(vals);
                 Ok(())
@@ -322,8 +410,8 @@ impl Parser<'_> {
                     self.push(Value::Str(l))?
                 }
                 b'(' => {
-                    if self.stack.len() > MAX_DEPTH * 100 {
-                        return self.err("too deep");
+                    if self.stack.len() >= MAX_STACK {
+                        return self.err(format!("more than {MAX_STACK} values on the stack"));
                     }
                     self.stack.push(Slot::Mark)
                 }
@@ -334,79 +422,82 @@ impl Parser<'_> {
                     self.stack.pop().map(|_| ()).ok_or(Error { what: "POP on an empty stack".into(), at: self.i })?
                 }
                 b'2' => {
-                    let v = self.top()?.clone();
-                    self.push(v)?
+                    let (v, m) = self.memo_value()?;
+                    self.push_m(v, m)?
                 }
                 b']' => self.push(Value::List(Vec::new()))?,
                 b'l' => {
-                    let v = self.pop_mark()?;
-                    self.push(Value::List(v))?
+                    let (v, m) = self.pop_mark()?;
+                    self.push_nested(Value::List(v), m)?
                 }
                 b'a' => {
-                    let v = self.pop()?;
-                    self.append(vec![v])?
+                    let (v, m) = self.pop_m()?;
+                    self.append(vec![v], m)?
                 }
                 b'e' => {
-                    let v = self.pop_mark()?;
-                    self.append(v)?
+                    let (v, m) = self.pop_mark()?;
+                    self.append(v, m)?
                 }
                 b')' => self.push(Value::Tuple(Vec::new()))?,
                 b't' => {
-                    let v = self.pop_mark()?;
-                    self.push(Value::Tuple(v))?
+                    let (v, m) = self.pop_mark()?;
+                    self.push_nested(Value::Tuple(v), m)?
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     let mut v = Vec::with_capacity(n);
+                    let mut agg = Meta::default();
                     for _ in 0..n {
-                        v.push(self.pop()?);
+                        let (x, m) = self.pop_m()?;
+                        agg = agg.join(m);
+                        v.push(x);
                     }
                     v.reverse();
-                    self.push(Value::Tuple(v))?
+                    self.push_nested(Value::Tuple(v), agg)?
                 }
                 b'}' => self.push(Value::Dict(Vec::new()))?,
                 b'd' => {
-                    let v = self.pop_mark()?;
+                    let (v, m) = self.pop_mark()?;
                     self.push(Value::Dict(Vec::new()))?;
-                    self.set_items(v)?
+                    self.set_items(v, m)?
                 }
                 b's' => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.set_items(vec![k, v])?
+                    let (v, mv) = self.pop_m()?;
+                    let (k, mk) = self.pop_m()?;
+                    self.set_items(vec![k, v], mk.join(mv))?
                 }
                 b'u' => {
-                    let v = self.pop_mark()?;
-                    self.set_items(v)?
+                    let (v, m) = self.pop_mark()?;
+                    self.set_items(v, m)?
                 }
                 0x8f => self.push(Value::List(Vec::new()))?, // EMPTY_SET: kept as a list
                 0x90 => {
-                    let v = self.pop_mark()?;
-                    self.append(v)?
+                    let (v, m) = self.pop_mark()?;
+                    self.append(v, m)?
                 } // ADDITEMS
                 0x91 => {
-                    let v = self.pop_mark()?;
-                    self.push(Value::List(v))?
+                    let (v, m) = self.pop_mark()?;
+                    self.push_nested(Value::List(v), m)?
                 } // FROZENSET
                 b'q' => {
                     let k = self.u8()? as u64;
-                    let v = self.top()?.clone();
+                    let v = self.memo_value()?;
                     self.memo.insert(k, v);
                 }
                 b'r' => {
                     let k = self.u32()? as u64;
-                    let v = self.top()?.clone();
+                    let v = self.memo_value()?;
                     self.memo.insert(k, v);
                 }
                 b'p' => {
                     let l = self.line()?;
                     let k = l.trim().parse().unwrap_or(u64::MAX);
-                    let v = self.top()?.clone();
+                    let v = self.memo_value()?;
                     self.memo.insert(k, v);
                 }
                 0x94 => {
                     let k = self.memo.len() as u64;
-                    let v = self.top()?.clone();
+                    let v = self.memo_value()?;
                     self.memo.insert(k, v);
                 }
                 b'h' | b'j' | b'g' => {
@@ -418,10 +509,12 @@ impl Parser<'_> {
                             l.trim().parse().unwrap_or(u64::MAX)
                         }
                     };
-                    let Some(v) = self.memo.get(&k).cloned() else {
+                    let Some(m) = self.memo.get(&k).map(|(_, m)| *m) else {
                         return self.err(format!("memo {k} was never set"));
                     };
-                    self.push(v)?
+                    self.spend(m)?;
+                    let v = self.memo.get(&k).map(|(v, _)| v.clone()).unwrap_or(Value::None);
+                    self.push_m(v, m)?
                 }
                 b'c' => {
                     let m = self.line()?;
@@ -437,8 +530,8 @@ impl Parser<'_> {
                     }
                 }
                 b'R' | 0x81 => {
-                    let args = self.pop()?;
-                    let f = self.pop()?;
+                    let (args, ma) = self.pop_m()?;
+                    let (f, mf) = self.pop_m()?;
                     let args = match args {
                         Value::Tuple(a) => a,
                         other => vec![other],
@@ -452,7 +545,7 @@ impl Parser<'_> {
                         }
                         _ => Value::Call(Box::new(f), args),
                     };
-                    self.push(v)?
+                    self.push_nested(v, ma.join(mf))?
                 }
                 b'b' => {
                     // BUILD: state applied to an object; the object stays as it was.
@@ -504,6 +597,25 @@ mod tests {
         assert!(parse(b"\x80\x02(((((((((.").is_err());
         assert!(parse(b"\x80\x02a.").is_err());
         assert!(parse(b"\x80\x02Ns.").is_err());
+        // Nesting past the bound, built with APPEND (no recursion anywhere: dropping it is safe too).
+        let mut deep = b"\x80\x02".to_vec();
+        deep.extend(std::iter::repeat_n(b']', 5000));
+        deep.extend(std::iter::repeat_n(b'a', 4999));
+        deep.push(b'.');
+        assert!(parse(&deep).unwrap_err().what.contains("nested deeper than 200 levels"));
+        let mut ok = b"\x80\x02".to_vec();
+        ok.extend(std::iter::repeat_n(b']', 150));
+        ok.extend(std::iter::repeat_n(b'a', 149));
+        ok.push(b'.');
+        assert!(parse(&ok).is_ok(), "150 levels is within the bound");
+        // A billion laughs through the memo: a list doubled by DUP + APPENDS copies.
+        let mut laugh = b"\x80\x02]q\x00K\x01a".to_vec();
+        for _ in 0..40 {
+            // [x] -> [x, x]: MARK, get 0, get 0... as a new list, memoised again.
+            laugh.extend(b"(h\x00h\x00lq\x00");
+        }
+        laugh.push(b'.');
+        assert!(parse(&laugh).unwrap_err().what.contains("memory bound"));
         // Every byte value after a valid start.
         for b in 0..=255u8 {
             let _ = parse(&[0x80, 2, b, b'.', b, b, b]);

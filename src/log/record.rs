@@ -416,6 +416,13 @@ fn parse_any<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
     if let Some(rest) = line.strip_prefix("[epdoctor-harness] ") {
         return Record { kind: Kind::Harness, rank: rank.or_else(|| kv_u32(rest, "rank=")), msg: rest, ..base(level) };
     }
+    // epdoctor's stack lines name the rank they were taken from; its Flight Recorder lines the culprit.
+    if let Some(rest) = line.strip_prefix("[epdoctor-stack] ") {
+        return Record { kind: Kind::Harness, rank: rank.or_else(|| kv_u32(rest, "rank=")), msg: rest, ..base(level) };
+    }
+    if let Some(rest) = line.strip_prefix("[epdoctor-fr] ") {
+        return Record { kind: Kind::Harness, rank: rank.or_else(|| fr_culprit(rest)), msg: rest, ..base(level) };
+    }
     if let Some(rest) = line.strip_prefix("[epdoctor] ") {
         // A clock within ±300 000 years of 1970: anything else (inf, NaN, 1e300) is no time.
         let ts = kv(rest, "t=").and_then(|t| t.parse::<f64>().ok()).filter(|t| t.abs() < 1e13).map(unix_to_year_secs);
@@ -454,6 +461,22 @@ pub fn kv<'a>(s: &'a str, key: &str) -> Option<&'a str> {
     }
     let v = &s[i + key.len()..];
     Some(v.split_whitespace().next().unwrap_or(""))
+}
+
+/// The rank a Flight Recorder fact blames (the first, when it names several).
+fn fr_culprit(s: &str) -> Option<u32> {
+    let first = |t: &str| t.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok();
+    if let Some(i) = s.find("culprit rank") {
+        return first(s[i..].trim_start_matches("culprit ranks").trim_start_matches("culprit rank"));
+    }
+    for tail in [" never joined", " of the group wrote no Flight Recorder dump"] {
+        if let Some(j) = s.find(tail) {
+            let head = &s[..j];
+            let i = head.rfind(": rank")?;
+            return first(head[i + 2..].trim_start_matches("ranks").trim_start_matches("rank"));
+        }
+    }
+    None
 }
 
 fn kv_u32(s: &str, key: &str) -> Option<u32> {
@@ -686,6 +709,16 @@ mod tests {
         assert_eq!(r.level, Level::Warn);
         let r = parse("[W1299 13:54:38.758 x.cpp:1] y", None);
         assert_eq!(r.level, Level::Warn);
+    }
+
+    #[test]
+    fn epdoctor_stack_and_flight_recorder_lines_carry_their_rank() {
+        assert_eq!(parse("[epdoctor-stack] rank=7 pid=12 via=py-spy thread=main: x (a.py:1)", None).rank, Some(7));
+        let fr = |l: &str| parse(l, None).rank;
+        assert_eq!(fr("[epdoctor-fr] pg=0 (default_pg) seq=5 op=all_reduce sizes=[[4]] dtypes=[Float]: ranks 3, 5 never joined (last enqueued #4, #4); rank 0 enqueued it"), Some(3));
+        assert_eq!(fr("[epdoctor-fr] pg=0 seq=5: collective mismatch, culprit rank 2: ranks 0, 1 all_reduce; rank 2 all_gather"), Some(2));
+        assert_eq!(fr("[epdoctor-fr] pg=0 (default_pg): rank 1 of the group wrote no Flight Recorder dump while rank 0 waits in seq=5 op=all_reduce"), Some(1));
+        assert_eq!(fr("[epdoctor-fr] pg=0 (default_pg) rank=0 last_enqueued=5 last_started=-1 last_completed=4"), None);
     }
 
     #[test]

@@ -270,6 +270,26 @@ pub struct Cell {
     /// The stack of every process still running at the deadline.
     #[serde(default)]
     pub stacks: Vec<ProcStack>,
+    /// The same stacks grouped: ranks whose main threads wait in the same place, the odd group first.
+    #[serde(default)]
+    pub stack_groups: Vec<StackGroup>,
+    /// What the stack capture could not do (a tool missing, with its install command).
+    #[serde(default)]
+    pub stack_notes: Vec<String>,
+}
+
+/// Ranks whose folded main-thread stacks are the same (the equivalence classes STAT draws for MPI
+/// jobs), with the Flight Recorder's last enqueued collective of each rank where dumps exist.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackGroup {
+    /// `0`, `1`, ... (or `cmd`, `pid N`), in order.
+    pub ranks: Vec<String>,
+    /// `ranks 0-6, 8-15`, `rank 7`.
+    pub label: String,
+    pub waits: String,
+    /// The last collective these ranks enqueued (default group), when the cell has dumps.
+    #[serde(default)]
+    pub fr_seq: Option<i64>,
 }
 
 impl Cell {
@@ -683,6 +703,8 @@ mod tests {
                 }],
             },
             stacks: vec![],
+            stack_groups: vec![],
+            stack_notes: vec![],
         };
         let json = serde_json::to_string(&cell).unwrap();
         let want = concat!(

@@ -192,6 +192,12 @@ pub fn last_line(path: &Path) -> Option<String> {
 }
 
 /// What the table cannot show: hangs, failures, leftovers, engine errors.
+/// `ranks 0-6, 8-15 (Flight Recorder: last enqueued #42): all_reduce <- train.py:88`.
+fn group_line(g: &crate::model::run::StackGroup) -> String {
+    let fr = g.fr_seq.map(|s| format!(" (Flight Recorder: last enqueued #{s})")).unwrap_or_default();
+    format!("{}{fr}: {}", g.label, g.waits)
+}
+
 fn notes(run: &Run, dir: &Path) -> Vec<String> {
     let mut v = Vec::new();
     // The same failure in every rank and cell is shown once.
@@ -208,6 +214,12 @@ fn notes(run: &Run, dir: &Path) -> Vec<String> {
                     }
                 }
             }
+        }
+        for g in &c.stack_groups {
+            v.push(format!("  {}", group_line(g)));
+        }
+        for n in &c.stack_notes {
+            v.push(format!("cell {}: {n}", c.index));
         }
         for l in c.leftovers.facts() {
             v.push(format!("cell {}: {l}", c.index));
@@ -357,6 +369,16 @@ pub(crate) fn markdown(run: &Run, dir: &Path, md: &mut Md, level: usize) -> Stri
         }
         for e in &c.launch.rank_errors {
             let _ = writeln!(s, "- error file of local rank {} (attempt {}): {}", e.local_rank, e.attempt, e.message);
+        }
+        if !c.stack_groups.is_empty() {
+            let _ = writeln!(s, "- stacks grouped across ranks (the odd group first):");
+        }
+        for g in &c.stack_groups {
+            let fr = g.fr_seq.map(|s| format!(" (Flight Recorder: last enqueued #{s})")).unwrap_or_default();
+            let _ = writeln!(s, "  - {}{}: {}", md.text(&g.label), md.text(&fr), md.code(&g.waits));
+        }
+        for n in &c.stack_notes {
+            let _ = writeln!(s, "- {}", md.text(n));
         }
         if !c.stacks.is_empty() {
             let _ = writeln!(s, "- stacks at the deadline (raw in {}):", md.code(STACKS_DIR));

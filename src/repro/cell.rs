@@ -22,8 +22,21 @@ use crate::model::Analysis;
 use crate::rules::Engine;
 use crate::sys::markers::{self, RankMarkers};
 
-/// Where PyTorch writes its Flight Recorder dumps (the rank is appended).
-const FR_FILE_ENV: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+/// Where PyTorch writes its Flight Recorder dumps (the rank is appended): the name before torch 2.9,
+/// and the one after (with the old name set, torch 2.9+ warns on every rank).
+pub const FR_FILE_ENV_OLD: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+pub const FR_FILE_ENV: &str = "TORCH_FR_DUMP_TEMP_FILE";
+
+/// The dump-file variable for the torch a command imports (the old name when it is not known: every
+/// release reads it).
+pub fn fr_file_var(torch_version: Option<&str>) -> &'static str {
+    use crate::model::version::Version;
+    let v = torch_version.and_then(|v| Version::parse(v.split('+').next().unwrap_or(v)));
+    match (v, Version::parse("2.9")) {
+        (Some(v), Some(renamed)) if v >= renamed => FR_FILE_ENV,
+        _ => FR_FILE_ENV_OLD,
+    }
+}
 
 /// What every cell of a run shares.
 pub struct Harness<'a> {
@@ -35,6 +48,8 @@ pub struct Harness<'a> {
     pub ranks_flag: Option<usize>,
     pub shm_dir: PathBuf,
     pub engine: &'a Engine,
+    /// The variable that points a command's Flight Recorder dumps into the cell.
+    pub fr_file_var: &'static str,
 }
 
 /// The harness's facts plus everything the engine said about one cell.
@@ -58,9 +73,11 @@ pub fn run_cell(
     let limits =
         Limits { timeout: Duration::from_secs_f64(plan.timeout_s), grace: Duration::from_secs_f64(plan.grace_s) };
     let mut stacks = Vec::new();
+    let mut stack_notes = Vec::new();
     let mut ex = launch::execute(&specs, &limits, stop, tick, &mut |alive| {
         let cap = h.launcher.stacks(&ctx, alive);
         stacks = cap.stacks;
+        stack_notes = cap.notes.iter().filter(|n| !n.contains("captured in")).cloned().collect();
         cap.notes
     });
     let (left, probe_lines) = h.launcher.leftovers(&ctx, &ex);
@@ -69,6 +86,7 @@ pub fn run_cell(
     ex.outcomes = fin.processes.iter().map(|p| p.outcome.clone()).collect();
 
     let all_markers = cell_markers(cell_dir);
+    let stack_groups = stacks::group(&stacks, &fr_seqs(cell_dir));
     let hung = stacks::attach(hung_ranks(plan, &ex, &all_markers, h.launcher.ranks()), &stacks);
     write_harness_log(cell_dir, &ex, &fin, probe_lines, &hung, &left)?;
 
@@ -113,7 +131,15 @@ pub fn run_cell(
         leftovers: left,
         launch: fin.launch,
         stacks,
+        stack_groups,
+        stack_notes,
     })
+}
+
+/// Each rank's last enqueued collective from the Flight Recorder dumps the cell left in its folder.
+fn fr_seqs(cell_dir: &Path) -> BTreeMap<String, i64> {
+    let dumps: Vec<crate::flight::Dump> = log_files(cell_dir).iter().filter_map(|p| crate::flight::read_if_dump(p)).collect();
+    crate::flight::last_enqueued(&dumps).into_iter().map(|(r, s)| (r.to_string(), s)).collect()
 }
 
 /// What the cell runs: the worker with the cell's teardown mode and library, or the command with
@@ -145,8 +171,10 @@ fn work(h: &Harness, plan: &Plan, cp: &CellPlan, cell_dir: &Path, tag: &str) -> 
         Workload::Command(cmd) => {
             // Flight Recorder dumps (when the user turns the recorder on) land in the cell, where
             // explain reads them with the logs.
-            if !env.contains_key(FR_FILE_ENV) && std::env::var_os(FR_FILE_ENV).is_none() {
-                env.insert(FR_FILE_ENV.into(), Some(cell_dir.join("nccl_trace_rank_").to_string_lossy().into_owned()));
+            let set = |k: &str| env.contains_key(k) || std::env::var_os(k).is_some();
+            if !set(FR_FILE_ENV) && !set(FR_FILE_ENV_OLD) {
+                let dumps = cell_dir.join("nccl_trace_rank_").to_string_lossy().into_owned();
+                env.insert(h.fr_file_var.into(), Some(dumps));
             }
             if let Some(n) = h.ranks_flag {
                 env.insert("EPDOCTOR_RANKS".into(), Some(n.to_string()));
@@ -373,6 +401,14 @@ pub fn count_warn_lines(path: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dump_file_variable_follows_the_torch_release() {
+        assert_eq!(fr_file_var(Some("2.15.0+cu132")), "TORCH_FR_DUMP_TEMP_FILE");
+        assert_eq!(fr_file_var(Some("2.9.0")), "TORCH_FR_DUMP_TEMP_FILE");
+        assert_eq!(fr_file_var(Some("2.8.1")), "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+        assert_eq!(fr_file_var(None), "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+    }
 
     #[test]
     fn warn_lines_counted() {

@@ -157,6 +157,8 @@ mod tests {
             leftovers: Leftovers::default(),
             launch: Default::default(),
             stacks: vec![],
+            stack_groups: vec![],
+            stack_notes: vec![],
         }
     }
 

@@ -239,7 +239,14 @@ fn harness<'a>(
         ranks_flag: args.ranks,
         shm_dir: leftovers::shm_dir(),
         engine,
+        fr_file_var: cell::fr_file_var(command_torch(&args.command).as_deref()),
     }
+}
+
+/// The version of the torch a `-- CMD` imports (found without importing it), when CMD runs Python.
+fn command_torch(cmd: &[String]) -> Option<String> {
+    let python = crate::nccl::torch::python_of(cmd)?;
+    crate::nccl::torch::find(&python, std::time::Duration::from_secs(10))?.version
 }
 
 /// What starts the built-in worker: epdoctor itself, or the `EPDOCTOR_WORKER_CMD` stand-in.

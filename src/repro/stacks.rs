@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use crate::model::run::stack::{fold, fold_full, Frame, Thread};
-use crate::model::run::{Hung, LeftoverProcess, ProcStack, STACKS_DIR};
+use std::collections::BTreeMap;
+
+use crate::model::run::{Hung, LeftoverProcess, ProcStack, StackGroup, STACKS_DIR};
 
 pub const STACKS_LOG: &str = "stacks.log";
 pub const STACK_PREFIX: &str = "[epdoctor-stack]";
@@ -127,10 +129,19 @@ pub fn capture(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &P
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
+    let mut results = results;
+    // The odd group first, so that its rank is the first stack the engine reads.
+    let order: Vec<ProcStack> = results.iter().map(|(st, _, _)| st.clone()).collect();
+    let rank_order: Vec<String> = group(&order, &BTreeMap::new()).into_iter().flat_map(|g| g.ranks).collect();
+    results.sort_by_key(|(st, _, _)| rank_order.iter().position(|r| *r == st.rank).unwrap_or(usize::MAX));
     let mut log = String::new();
-    let mut missing = Vec::new();
+    let mut missing = missing_tools(&tools, &results);
+    // The user's command that started ranks of its own (they carry RANK) is their launcher: its
+    // stack (waiting for its children) is listed, but no rule reads it as a hung rank.
+    let ranked = results.iter().any(|(st, _, _)| st.rank.parse::<u64>().is_ok());
     for (st, threads, miss) in results {
-        for line in stack_lines(&st, &threads) {
+        let launcher = ranked && (st.rank == "cmd" || st.rank.starts_with("pid "));
+        for line in stack_lines(&st, &threads, launcher) {
             log.push_str(&line);
             log.push('\n');
         }
@@ -149,6 +160,88 @@ pub fn capture(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &P
         t0.elapsed().as_secs_f64()
     ));
     cap
+}
+
+/// The tools a capture lacked, said once per cell with how to install them.
+fn missing_tools(tools: &[(Tool, PathBuf)], results: &[(ProcStack, Vec<Thread>, Option<String>)]) -> Vec<String> {
+    let has = |t: Tool| tools.iter().any(|(x, _)| *x == t);
+    let mut out = Vec::new();
+    let python = results.iter().any(|(st, _, _)| is_python(st.pid, &st.cmd) || st.tool == Tool::PySpy.name());
+    if python && !has(Tool::PySpy) {
+        out.push(format!(
+            "stacks: py-spy not found on PATH, so no Python frames: install it with `pip install py-spy` \
+             (it needs ptrace rights: root, or CAP_SYS_PTRACE in a container){}",
+            if std::env::var_os(TOOLS_ENV).is_some() { format!(" ({TOOLS_ENV} is set)") } else { String::new() }
+        ));
+    }
+    let native = results.iter().any(|(st, _, _)| st.tool == Tool::Proc.name() && !is_python(st.pid, &st.cmd));
+    if native && !has(Tool::EuStack) && !has(Tool::Gdb) {
+        out.push(
+            "stacks: eu-stack not found on PATH (nor gdb), so native frames only from /proc: install it with \
+             `apt-get install elfutils` (`dnf install elfutils` on RHEL)"
+                .into(),
+        );
+    }
+    out
+}
+
+/// `0-6, 8-15, cmd`: numeric ranks as ranges, then the others.
+pub fn rank_ranges(ranks: &[String]) -> String {
+    let mut nums: Vec<u64> = ranks.iter().filter_map(|r| r.parse().ok()).collect();
+    nums.sort_unstable();
+    nums.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < nums.len() {
+        let mut j = i;
+        while j + 1 < nums.len() && nums[j + 1] == nums[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i { format!("{}-{}", nums[i], nums[j]) } else { nums[i].to_string() });
+        i = j + 1;
+    }
+    parts.extend(ranks.iter().filter(|r| r.parse::<u64>().is_err()).cloned());
+    parts.join(", ")
+}
+
+/// Waiting for the others: in a collective or a synchronize (a victim when another rank is elsewhere).
+fn waits_for_peers(waits: &str) -> bool {
+    static PEER_WAIT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"Synchronize|synchronize|WorkNCCL|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|all_to_all\w*|wait)\b|^nccl\w+",
+        )
+        .unwrap()
+    });
+    PEER_WAIT.is_match(waits)
+}
+
+/// Ranks whose main threads wait in the same place, one group each: the odd group first (the
+/// smallest; among equals, a group not waiting for its peers before one that is, the launcher's
+/// own process last), then by lowest rank. `fr`: each rank's last enqueued collective, from the
+/// cell's Flight Recorder dumps.
+pub fn group(stacks: &[ProcStack], fr: &BTreeMap<String, i64>) -> Vec<StackGroup> {
+    let mut groups: Vec<StackGroup> = Vec::new();
+    for st in stacks {
+        let seq = fr.get(&st.rank).copied();
+        match groups.iter_mut().find(|g| g.waits == st.waits && g.fr_seq == seq) {
+            Some(g) => g.ranks.push(st.rank.clone()),
+            None => {
+                groups.push(StackGroup { ranks: vec![st.rank.clone()], label: String::new(), waits: st.waits.clone(), fr_seq: seq })
+            }
+        }
+    }
+    let launcher = |g: &StackGroup| g.ranks.iter().all(|r| r == "cmd" || r.starts_with("pid ") || r.contains("child pid"));
+    let first_rank = |g: &StackGroup| g.ranks.iter().filter_map(|r| r.parse::<u64>().ok()).min().unwrap_or(u64::MAX);
+    groups.sort_by_key(|g| (launcher(g), g.ranks.len(), waits_for_peers(&g.waits), first_rank(g)));
+    for g in &mut groups {
+        g.ranks.sort_by_key(|r| (r.parse::<u64>().unwrap_or(u64::MAX), r.clone()));
+        let word = if g.ranks.len() == 1 { "rank" } else { "ranks" };
+        g.label = match g.ranks.as_slice() {
+            [one] if one.parse::<u64>().is_err() => one.clone(),
+            rs => format!("{word} {}", rank_ranges(rs)),
+        };
+    }
+    groups
 }
 
 /// A worker's label, else RANK from its environment, else `cmd` (the user's command itself), else `pid N`.
@@ -219,12 +312,17 @@ fn one_process(
         threads = proc_threads;
         used = Some(Tool::Proc);
     }
+    // A tool that is there but failed (a missing one is said once per cell, by missing_tools).
+    let has = |t: Tool| tools.iter().any(|(x, _)| *x == t);
     let missing = match used {
         Some(Tool::PySpy) | Some(Tool::EuStack) | Some(Tool::Gdb) => None,
-        _ if python => Some(
-            "stacks: no Python stack tool worked; for Python stacks install py-spy (`pip install py-spy`; it needs ptrace rights: root, or CAP_SYS_PTRACE in a container)".to_string(),
+        _ if python && has(Tool::PySpy) => Some(
+            "stacks: py-spy could not read a Python process: it needs ptrace rights (root, or CAP_SYS_PTRACE in a container)".to_string(),
         ),
-        _ => Some("stacks: no native stack tool worked; install eu-stack (elfutils) or gdb for native stacks".to_string()),
+        _ if !python && (has(Tool::EuStack) || has(Tool::Gdb)) => {
+            Some("stacks: eu-stack and gdb could not read a process: they need ptrace rights".to_string())
+        }
+        _ => None,
     };
     let file = format!("{}.pid{}.txt", sanitize(&rank), p.pid);
     let _ = std::fs::write(dir.join(&file), &raw);
@@ -267,9 +365,11 @@ fn main_thread(threads: &[Thread], pid: i32) -> Option<&Thread> {
         .or_else(|| threads.first())
 }
 
-/// The `stacks.log` lines of one process: main thread first.
-pub fn stack_lines(st: &ProcStack, threads: &[Thread]) -> Vec<String> {
-    let head = format!("{STACK_PREFIX} rank={} pid={} via={}", st.rank.replace(' ', "_"), st.pid, st.tool);
+/// The `stacks.log` lines of one process: main thread first (`launcher`: the ranks' own launcher,
+/// `launcher=cmd`, which the hang rules do not read as a rank).
+pub fn stack_lines(st: &ProcStack, threads: &[Thread], launcher: bool) -> Vec<String> {
+    let who = if launcher { "launcher" } else { "rank" };
+    let head = format!("{STACK_PREFIX} {who}={} pid={} via={}", st.rank.replace(' ', "_"), st.pid, st.tool);
     let main = main_thread(threads, st.pid);
     let full = main.map(|t| fold_full(&t.frames)).filter(|s| !s.is_empty()).unwrap_or_else(|| st.waits.clone());
     let mut v = vec![format!("{head} thread=main: {full}")];
@@ -511,7 +611,7 @@ Thread 0x7F12 (active): \"pt_nccl_watchdg\"\n    ncclCommGetAsyncError (libnccl.
         assert_eq!(t[0].name, "MainThread");
         assert_eq!(t[0].frames.len(), 4);
         assert!(t[0].frames[2].python && !t[0].frames[1].python);
-        assert_eq!(fold(&t[0].frames), "x.py:3");
+        assert_eq!(fold(&t[0].frames), "wait_for_peer (x.py:3)");
         assert_eq!(t[1].tid, None);
         assert_eq!(fold(&t[1].frames), "ncclCommGetAsyncError <- watchdogHandler");
     }

@@ -83,7 +83,7 @@ fn is_noise(f: &Frame) -> bool {
 }
 
 /// Python frames of the interpreter's own library and of installed packages are named by their
-/// function; the first frame of the user's own code ends the chain as `file.py:line`.
+/// function; the first frame of the user's own code ends the chain as `func (file.py:line)`.
 fn is_library_python(loc: &str) -> bool {
     const LIB_DIRS: &[&str] = &[
         "torch/",
@@ -105,10 +105,14 @@ fn is_library_python(loc: &str) -> bool {
         "functools.py",
         "<frozen",
     ];
+    // torch installed outside site-packages (`pip install --target DIR`): its own subpackages.
+    const TORCH_DIRS: &[&str] =
+        &["/torch/distributed/", "/torch/multiprocessing/", "/torch/cuda/", "/torch/nn/", "/torch/utils/"];
     loc.contains("site-packages/")
         || loc.contains("dist-packages/")
         || loc.contains("/lib/python3")
         || LIB_DIRS.iter().any(|d| loc.starts_with(d))
+        || TORCH_DIRS.iter().any(|d| loc.contains(d))
 }
 
 /// `c10d::ProcessGroupNCCL::shutdown(std::string)` -> `ProcessGroupNCCL::shutdown`.
@@ -187,8 +191,12 @@ fn chain(frames: &[Frame]) -> (Vec<String>, Option<String>) {
         if f.python {
             let loc = f.loc.as_deref().unwrap_or("");
             if !is_library_python(loc) {
+                // The caller's own frame keeps its function: `stuck_in_teardown (sleephang.py:6)`.
                 let base = loc.rsplit('/').next().unwrap_or(loc);
-                user = Some(base.to_string());
+                user = Some(match f.func.as_str() {
+                    "" | "?" => base.to_string(),
+                    func => format!("{func} ({base})"),
+                });
                 break;
             }
             if chain.last().map(String::as_str) != Some(f.func.as_str()) {
@@ -238,7 +246,7 @@ mod tests {
         ];
         assert_eq!(
             fold(&frames),
-            "ncclCommDestroy <- NCCLComm::destroy <- ProcessGroupNCCL::shutdown <- shutdown <- destroy_process_group <- train.py:88"
+            "ncclCommDestroy <- NCCLComm::destroy <- ProcessGroupNCCL::shutdown <- shutdown <- destroy_process_group <- rank_main (train.py:88)"
         );
     }
 
@@ -254,7 +262,7 @@ mod tests {
         let mut f: Vec<Frame> = (0..20).map(|i| native(&format!("ncclStep{i}"), "libnccl.so.2")).collect();
         f.push(py("main", "job.py:3"));
         let s = fold(&f);
-        assert_eq!(s, "ncclStep0 <- ... <- ncclStep19 <- job.py:3");
+        assert_eq!(s, "ncclStep0 <- ... <- ncclStep19 <- main (job.py:3)");
         assert_eq!(fold_full(&f).matches(" <- ").count(), 20);
     }
 
