@@ -10,7 +10,10 @@ use std::sync::{Condvar, Mutex};
 
 use super::scan::Want;
 use super::state::{SourceState, State};
-use super::{Engine, READ_AHEAD};
+use super::Engine;
+
+/// Chunks read per thread ahead of the one being filed: bounds the memory of buffers held.
+const CHUNKS_AHEAD: usize = 2;
 use crate::log::chunks::{self, Chunk, Source};
 use crate::log::{self, Input, ReadStats};
 
@@ -71,7 +74,7 @@ impl Engine {
         let size = self.chunk_size;
         let n = len.div_ceil(size);
         let threads = self.chunk_threads();
-        let window = (threads * READ_AHEAD) as u64;
+        let window = (threads * CHUNKS_AHEAD) as u64;
         let claim = AtomicU64::new(0);
         let queue = Mutex::new(Queue { next: 0, done: BTreeMap::new(), stop: false });
         let cv = Condvar::new();

@@ -51,8 +51,7 @@ const HIT_TEXT_MAX: usize = 4096;
 const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
-/// Bytes per chunk when one large file is read on every core (`chunked`): with `READ_AHEAD`
-/// chunks per thread in flight, 4 MiB of buffers per thread.
+/// Bytes per chunk when one large file is read on every core (`chunked`).
 const CHUNK: u64 = 1 << 20;
 /// Input size from which the prefilter pays for its building (about 10 ms): below, every line
 /// takes the full matcher, which is quicker for a few thousand lines.
