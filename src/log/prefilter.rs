@@ -70,7 +70,7 @@ pub enum Reach {
 }
 
 /// What a key of the first stage stands for.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Dep {
     /// A level literal (its id) that holds the key: if present, the line matters.
     Level(u32),
@@ -141,7 +141,9 @@ impl Prefilter {
                 .filter(|&k| memchr::memmem::find(&low, &keys[k]).is_some())
                 .max_by_key(|&k| keys[k].len());
             match k {
-                Some(k) => deps[k].push(*d),
+                // A pattern is checked once per key, whichever of its literals led there.
+                Some(k) if !deps[k].contains(d) => deps[k].push(*d),
+                Some(_) => {}
                 None => return Prefilter::everything(),
             }
         }
@@ -209,8 +211,10 @@ impl Prefilter {
                     Dep::Pattern(p) => {
                         let pat = self.pattern_of[p as usize] as usize;
                         if !out.contains(&pat)
+                            // The best factor last: its key is here, so it is the likeliest.
                             && self.factors[p as usize]
                                 .iter()
+                                .rev()
                                 .all(|f| f.iter().any(|&x| self.present(x, hay, &mut lower)))
                         {
                             out.push(pat);
