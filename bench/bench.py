@@ -42,8 +42,11 @@ SETS = [
     # A launcher prefix on every line.
     ("ray-8r-100mb", 8, 100, "single", ["--prefix", "ray"]),
     ("srun-label-16r-100mb", 16, 100, "single", ["--prefix", "srun"]),
+    # A 512-rank job's NCCL_DEBUG=INFO init chatter (channels, NET/IB, traces, comm lines), one file.
+    ("info-512r-256mb", 512, 256, "single", ["--info-mix"]),
 ]
-QUICK = {"single-8r-100mb", "per-rank-8r-100mb", "comm-init-8r-100mb", "ray-8r-100mb", "srun-label-16r-100mb"}
+QUICK = {"single-8r-100mb", "per-rank-8r-100mb", "comm-init-8r-100mb", "ray-8r-100mb", "srun-label-16r-100mb",
+         "info-512r-256mb"}
 
 
 def sh(cmd, **kw):

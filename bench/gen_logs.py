@@ -21,6 +21,11 @@ Two knobs make the sets that stress what the engine does per matched line and pe
     `comm 0x... rank N nRanks M` (Init START/COMPLETE, the `nRanks nNodes localRanks` line, Destroy
     COMPLETE; shapes as in shared/data/h200-logs/), each for a new split communicator (a job that
     creates sub-groups all the time: per-layer groups, pipeline stages, elastic restarts);
+  * --info-mix: the runtime part is not COLL lines but what a large job's NCCL_DEBUG=INFO init prints
+    over and over (issue 24): ring channel lines `via P2P/CUMEM/read`, NET channel lines
+    `[send] via NET/IB/N/GDRDMA`, `Connected all rings`, `Trees`, `NET/IB : Using`, the
+    `misc/socket.cc:826 -> 3` return trace and `comm 0x.. rank N nRanks M` lines, in equal shares,
+    with one WARN line in 2,000 (a socket or proxy-accept warning);
   * --prefix ray|srun: every line carries a launcher prefix, Ray's `(RayWorkerWrapper pid=N, ip=A) `
     or `srun --label`'s task number `12: ` (padded to the width of the largest one, as srun does).
 
@@ -270,6 +275,41 @@ def teardown(r, comms, failing, out):
     )
 
 
+def info_chunk(r, nranks, out, lines=64):
+    """`lines` lines of the INFO mix (--info-mix): seven init shapes in turn, one WARN in 2,000."""
+    for _ in range(lines):
+        r.sec += r.rng.random() * 0.001
+        if r.rng.randrange(2000) == 0:
+            peer = r.rng.randrange(nranks)
+            if r.rng.randrange(2):
+                out.append("%s:%d:%d [%d] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote "
+                           "peer %s<%d>" % (r.host, r.pid, r.proxy_tid, r.local, "node%03d" % (peer // 8), 40000 + peer))
+            else:
+                out.append("%s:%d:%d [%d] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Resource "
+                           "temporarily unavailable" % (r.host, r.pid, r.uds_tid, r.local))
+            continue
+        nxt, dn = (r.rank + 1) % nranks, (r.rank + 8) % nranks
+        ch = r.rng.randrange(32)
+        kind = r.rng.randrange(7)
+        if kind == 0:
+            out.append(r.p + "Channel %02d/0 : %d -> %d via P2P/CUMEM/read" % (ch, r.rank, nxt))
+        elif kind == 1:
+            out.append(r.p + "Channel %02d/1 : %d[%d] -> %d[%d] [send] via NET/IB/%d/GDRDMA"
+                       % (ch, r.rank, r.local, dn, r.local, r.local))
+        elif kind == 2:
+            out.append(r.p + "Connected all rings, use ring PXN 0 GDR 1")
+        elif kind == 3:
+            out.append(r.p + "Trees [0] %d/-1/-1->%d->%d [1] %d/-1/-1->%d->%d" % (nxt, r.rank, dn, nxt, r.rank, dn))
+        elif kind == 4:
+            out.append(r.p + "NET/IB : Using [0]mlx5_%d:1/IB [1]mlx5_%d:1/IB ; OOB ib0:%s<0>"
+                       % (r.local, (r.local + 1) % 8, r.ip))
+        elif kind == 5:
+            out.append(r.p + "misc/socket.cc:826 -> 3")
+        else:
+            out.append(r.p + "comm 0x%x rank %d nRanks %d nNodes %d localRanks 8 localRank %d MNNVL 0"
+                       % (r.comm, r.rank, nranks, max(1, nranks // 8), r.local))
+
+
 def with_knobs(r, block, comm_init_every, prefix):
     """`block` with a comm lifecycle line after every `comm_init_every - 1` lines, and `prefix` on each."""
     if comm_init_every:
@@ -283,7 +323,7 @@ def with_knobs(r, block, comm_init_every, prefix):
     return block
 
 
-def rank_lines(rank, nranks, seed, budget, host_style, comm_init_every=0, prefix=None):
+def rank_lines(rank, nranks, seed, budget, host_style, comm_init_every=0, prefix=None, info_mix=False):
     """Yield blocks of lines (lists) for one rank, about `budget` bytes in all."""
     r = Rank(rank, nranks, seed, host_style)
     if prefix == "ray":
@@ -309,7 +349,10 @@ def rank_lines(rank, nranks, seed, budget, host_style, comm_init_every=0, prefix
     while size < budget:
         out = []
         for _ in range(16):
-            runtime_chunk(r, comms, out)
+            if info_mix:
+                info_chunk(r, nranks, out)
+            else:
+                runtime_chunk(r, comms, out)
         out = with_knobs(r, out, comm_init_every, prefix)
         size += sum(len(x) + 1 for x in out)
         yield out
@@ -328,10 +371,12 @@ def main():
     ap.add_argument("--comm-init-every", type=int, default=0, metavar="N",
                     help="one line in N is a split communicator's lifecycle line (0: none; N >= 2)")
     ap.add_argument("--prefix", choices=("ray", "srun"), help="a launcher prefix on every line")
+    ap.add_argument("--info-mix", action="store_true",
+                    help="the runtime part is a large job's INFO init chatter, not COLL lines (issue 24)")
     a = ap.parse_args()
     if a.comm_init_every == 1:
         ap.error("--comm-init-every must be 0 or at least 2")
-    knobs = (a.comm_init_every, a.prefix)
+    knobs = (a.comm_init_every, a.prefix, a.info_mix)
     total = int(a.total_mb * 1e6)
     budget = total // a.ranks
     style = a.seed % 3

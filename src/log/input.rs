@@ -451,7 +451,19 @@ pub fn open(input: &Input, limit: Option<u64>) -> Result<LineReader> {
     })
 }
 
+/// What reading one input came to, beside its lines.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadStats {
+    pub bytes_read: u64,
+    pub cut_lines: u64,
+    pub hit_limit: bool,
+}
+
 impl LineReader {
+    pub fn stats(&self) -> ReadStats {
+        ReadStats { bytes_read: self.bytes_read, cut_lines: self.cut_lines, hit_limit: self.hit_limit }
+    }
+
     /// Bytes that may still be read under `limit`.
     fn remaining(&self) -> usize {
         self.limit.map_or(usize::MAX, |l| usize::try_from(l.saturating_sub(self.bytes_read)).unwrap_or(usize::MAX))
@@ -537,7 +549,7 @@ impl LineReader {
 }
 
 /// `line` without its trailing `\n` and `\r` bytes.
-fn trim_eol(mut line: &[u8]) -> &[u8] {
+pub(super) fn trim_eol(mut line: &[u8]) -> &[u8] {
     while let [rest @ .., b'\n' | b'\r'] = line {
         line = rest;
     }

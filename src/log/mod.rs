@@ -1,5 +1,6 @@
 //! Input (files, folders, stdin, gzip, zstd, tar, zip) and the records parsed from its lines.
 pub mod archive;
+pub mod chunks;
 pub mod input;
 pub mod names;
 pub mod prefilter;
@@ -7,7 +8,9 @@ pub mod prefix;
 pub mod record;
 pub mod records;
 
-pub use input::{clean_line, expand, expand_all, is_clean, open, sniff, Content, Expanded, Input, LineReader};
+pub use input::{
+    clean_line, expand, expand_all, is_clean, open, sniff, Content, Expanded, Input, LineReader, ReadStats,
+};
 pub use names::{ranks_from_names, NameHint, RankKind};
 pub use prefilter::{Prefilter, Reach};
 pub use prefix::{strip_prefixes, Prefixed};

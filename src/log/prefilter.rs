@@ -8,15 +8,16 @@
 //! How: every pattern is parsed, and the literal strings any match of it must contain are taken
 //! from its syntax tree: a conjunction of factors, each a set of alternative literals (for
 //! `comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks` that is `comm 0x` and ` rank ` and `nranks ` ignoring
-//! case). One Aho-Corasick automaton over all those literals and `level_of`'s `WARN_LITERALS`
-//! finds the ones a line holds; the line can matter only if a level literal is there, or every
-//! factor of some pattern is, or it has a c10 severity prefix (`positional_warn`). Patterns with no
-//! usable literal go into a small `RegexSet` of their own that is run on every line.
+//! case). The line can matter only if a literal of `level_of`'s (`WARN_LITERALS` and the like) is
+//! there, or every factor of some pattern is, or it has a c10 severity prefix (`positional_warn`).
+//! Patterns with no usable literal go into a small `RegexSet` of their own that is run on every line.
 //!
-//! Two stages, since searching for every match of every literal costs more than asking whether
-//! there is any: a first automaton holds only the level literals and the best factor of each
-//! pattern (minus literals that contain another one), and answers "no" for almost every line with
-//! one leftmost search; the overlapping search over all literals runs on the lines it lets through.
+//! One automaton reads every byte: a DFA over the level literals and the best factor of each
+//! pattern (minus literals that contain another one, ASCII case ignored), which finds nothing on
+//! almost every line. For each key it finds, only what that key stands for is checked: the level
+//! literal, or the other factors of the patterns whose best factor holds it, each literal with a
+//! `memmem` finder of its own. (An automaton over every literal of every pattern, searched for all
+//! its matches, cost more than the rest of the engine on INFO lines that hold a common word.)
 //!
 //! The literals are taken under ASCII semantics (`(?-u)`), which agree with Unicode semantics on
 //! ASCII text, so the engine asks only about lines that are printable ASCII after cleaning; other
@@ -34,10 +35,6 @@ use super::record::{positional_warn, ERROR_LIKE_LITERALS, WARN_LITERALS};
 const MIN_FACTOR: usize = 3;
 /// Factors kept per pattern (the longest): each one more makes the check stricter, not safer.
 const MAX_FACTORS: usize = 3;
-/// Distinct literals tracked per line; a line with more takes the full matcher.
-const PRESENT: usize = 32;
-/// Words of the bit set of literals present (literal ids past `64 * BITS` are looked up in a list).
-const BITS: usize = 16;
 
 /// A literal; `ci`: ASCII case-insensitive, stored lowercase.
 type Lit = (Vec<u8>, bool);
@@ -45,16 +42,15 @@ type Lit = (Vec<u8>, bool);
 type Factor = Vec<Lit>;
 
 pub struct Prefilter {
-    /// `None`: an automaton could not be built; every line matters.
-    ac: Option<AhoCorasick>,
-    /// The first stage: some literal of it is in every line that can matter (a DFA: it reads
-    /// every byte of the input; the second stage reads few lines, an NFA is enough there).
+    /// Some key of it is in every line that can matter (a DFA, ASCII case ignored: it reads every
+    /// byte of the input). `None`: it could not be built; every line matters.
     first: Option<AhoCorasick>,
+    /// Per key of `first`, what its presence may mean: a level literal, or a pattern whose best
+    /// factor holds the key. Only these are checked on a line, each with its own finders.
+    deps: Vec<Vec<Dep>>,
     lits: Vec<LitInfo>,
     /// Per prefiltered pattern, its factors as literal ids.
     factors: Vec<Vec<Vec<u32>>>,
-    /// Per literal id, the patterns (indices into `factors`) that use it.
-    users: Vec<Vec<u32>>,
     /// Per prefiltered pattern, its index among the patterns given to `new`.
     pattern_of: Vec<u32>,
     /// Patterns without literals, run on every line, and their indices among those given.
@@ -69,15 +65,23 @@ pub enum Reach {
     Nothing,
     /// Only the patterns it lists can match, and `level_of` cannot rate the line a warning.
     Some,
-    /// Any pattern may match (a warning's level, a c10 prefix, too many literals).
+    /// Any pattern may match (a warning's level, a c10 prefix).
     Any,
 }
 
+/// What a key of the first stage stands for.
+#[derive(Clone, Copy, PartialEq)]
+enum Dep {
+    /// A level literal (its id) that holds the key: if present, the line matters.
+    Level(u32),
+    /// A prefiltered pattern (index into `factors`) whose best factor has a literal holding it.
+    Pattern(u32),
+}
+
 struct LitInfo {
-    bytes: Vec<u8>,
+    /// Finds the literal (lowercase, in a lowercased line, when `ci`).
+    finder: memchr::memmem::Finder<'static>,
     ci: bool,
-    /// One of `WARN_LITERALS`: its presence alone makes the line matter.
-    level: bool,
 }
 
 /// A case-sensitive literal that contains one of the level literals.
@@ -86,40 +90,40 @@ fn holds_level_literal(l: &Lit) -> bool {
 }
 
 /// Literals whose presence alone makes a line matter: warning and error levels, the words of
-/// `looks_like_error` (fail safe), and the openers of multi-line records.
+/// `looks_like_error` (fail safe), and the openers of multi-line records. Also NCCL's level words
+/// without the space `level_of` wants before them: hundreds of patterns begin with `NCCL WARN `,
+/// and such a pattern can then match only where the line is taken whole anyway, so it needs no
+/// literal of its own (a line reading `NCCL WARN` at its very start is taken whole too: one more
+/// "maybe", never a "no" too many).
 fn level_literals() -> impl Iterator<Item = &'static str> {
-    WARN_LITERALS.iter().chain(ERROR_LIKE_LITERALS).chain(crate::log::records::OPENERS).copied()
+    const NCCL_LEVELS: &[&str] = &["NCCL WARN", "NCCL ATTN"];
+    WARN_LITERALS.iter().chain(ERROR_LIKE_LITERALS).chain(crate::log::records::OPENERS).chain(NCCL_LEVELS).copied()
 }
 
 impl Prefilter {
     /// The prefilter for the engine's patterns (rules, phase markers, its own version lines).
     pub fn new(patterns: &[String]) -> Prefilter {
         let mut b = Builder::default();
+        // What the first stage must find: each level literal, and the best factor's literals of
+        // each prefiltered pattern.
+        let mut entries: Vec<(Lit, Dep)> = Vec::new();
         for w in level_literals() {
-            let id = b.lit(&(w.as_bytes().to_vec(), false));
-            b.lits[id as usize].level = true;
+            let l = (w.as_bytes().to_vec(), false);
+            entries.push((l.clone(), Dep::Level(b.lit(&l))));
         }
         let mut residual = Vec::new();
         let (mut pattern_of, mut residual_of) = (Vec::new(), Vec::new());
-        let mut first: Vec<Lit> = level_literals().map(|w| (w.as_bytes().to_vec(), false)).collect();
         for (i, p) in patterns.iter().enumerate() {
             match required_factors(p) {
+                // A factor whose every literal holds a level literal (`Call to bind failed` holds
+                // `failed`): the pattern can match only on lines that `reach` answers `Any` for
+                // anyway, so it needs no place in either stage.
+                Some(fs) if fs.iter().any(|f| f.iter().all(holds_level_literal)) => {}
                 Some(fs) => {
-                    pattern_of.push(i as u32);
-                    // A factor whose every literal holds a level literal (`Call to bind failed`
-                    // holds `failed`) needs nothing in the first stage: the level literal already
-                    // lets such lines through. Otherwise the best factor goes in.
-                    if !fs.iter().any(|f| f.iter().all(holds_level_literal)) {
-                        first.extend(fs[0].iter().cloned());
-                    }
-                    let ids: Vec<Vec<u32>> = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
                     let pi = b.factors.len() as u32;
-                    for id in ids.iter().flatten() {
-                        let users = &mut b.users[*id as usize];
-                        if users.last() != Some(&pi) {
-                            users.push(pi);
-                        }
-                    }
+                    pattern_of.push(i as u32);
+                    entries.extend(fs[0].iter().map(|l| (l.clone(), Dep::Pattern(pi))));
+                    let ids = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
                     b.factors.push(ids);
                 }
                 None => {
@@ -128,11 +132,22 @@ impl Prefilter {
                 }
             }
         }
-        let ac = automaton(b.lits.iter().map(|l| &l.bytes), AhoCorasickKind::ContiguousNFA);
-        let first = automaton(&minimal(first), AhoCorasickKind::DFA);
-        if ac.is_none() || first.is_none() {
-            return Prefilter::everything();
+        let keys = minimal(entries.iter().map(|(l, _)| l.clone()).collect());
+        let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); keys.len()];
+        for (l, d) in &entries {
+            let low = l.0.to_ascii_lowercase();
+            // The longest key the literal holds (`minimal` kept one of them).
+            let k = (0..keys.len())
+                .filter(|&k| memchr::memmem::find(&low, &keys[k]).is_some())
+                .max_by_key(|&k| keys[k].len());
+            match k {
+                // A pattern is checked once per key, whichever of its literals led there.
+                Some(k) if !deps[k].contains(d) => deps[k].push(*d),
+                Some(_) => {}
+                None => return Prefilter::everything(),
+            }
         }
+        let Some(first) = automaton(&keys, AhoCorasickKind::DFA) else { return Prefilter::everything() };
         let residual = if residual.is_empty() {
             None
         } else {
@@ -141,17 +156,16 @@ impl Prefilter {
                 Err(_) => return Prefilter::everything(),
             }
         };
-        Prefilter { ac, first, lits: b.lits, factors: b.factors, users: b.users, pattern_of, residual, residual_of }
+        Prefilter { first: Some(first), deps, lits: b.lits, factors: b.factors, pattern_of, residual, residual_of }
     }
 
     /// A prefilter that lets every line through.
     fn everything() -> Prefilter {
         Prefilter {
-            ac: None,
             first: None,
+            deps: Vec::new(),
             lits: Vec::new(),
             factors: Vec::new(),
-            users: Vec::new(),
             pattern_of: Vec::new(),
             residual: None,
             residual_of: Vec::new(),
@@ -171,51 +185,40 @@ impl Prefilter {
     /// the level and the record openers see nothing else (Ray's prefix is 40 bytes of a line).
     pub fn reach(&self, rest: &str, out: &mut Vec<usize>) -> Reach {
         out.clear();
-        let (Some(ac), Some(first)) = (&self.ac, &self.first) else { return Reach::Any };
+        let Some(first) = &self.first else { return Reach::Any };
         if positional_warn(rest) {
             return Reach::Any;
         }
         let hay = rest.as_bytes();
-        if first.is_match(hay) {
-            let mut present = [0u32; PRESENT];
-            let mut n = 0;
-            // The same, as bits for the first `64 * BITS` literal ids: the factor checks below
-            // test membership many times per line.
-            let mut bits = [0u64; BITS];
-            let has = |bits: &[u64; BITS], present: &[u32], x: u32| match bits.get(x as usize / 64) {
-                Some(w) => w >> (x % 64) & 1 == 1,
-                None => present.contains(&x),
-            };
-            for m in ac.find_overlapping_iter(hay) {
-                let id = m.pattern().as_usize();
-                let lit = &self.lits[id];
-                if !lit.ci && hay[m.start()..m.end()] != lit.bytes[..] {
-                    continue;
-                }
-                if lit.level {
-                    return Reach::Any;
-                }
-                let id = id as u32;
-                if has(&bits, &present[..n], id) {
-                    continue;
-                }
-                if n == PRESENT {
-                    return Reach::Any;
-                }
-                present[n] = id;
-                n += 1;
-                if let Some(w) = bits.get_mut(id as usize / 64) {
-                    *w |= 1 << (id % 64);
-                }
+        let mut lower: Vec<u8> = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        // Asking whether there is any key costs less than finding them all (the DFA's own fast
+        // loop), and almost every line has none.
+        let keys = if first.is_match(hay) { Some(first.find_overlapping_iter(hay)) } else { None };
+        for m in keys.into_iter().flatten() {
+            let k = m.pattern().as_usize();
+            if seen.contains(&k) {
+                continue;
             }
-            let present = &present[..n];
-            for &id in present {
-                for &p in &self.users[id as usize] {
-                    let pat = self.pattern_of[p as usize] as usize;
-                    if !out.contains(&pat)
-                        && self.factors[p as usize].iter().all(|f| f.iter().any(|&x| has(&bits, present, x)))
-                    {
-                        out.push(pat);
+            seen.push(k);
+            for d in &self.deps[k] {
+                match *d {
+                    Dep::Level(id) => {
+                        if self.present(id, hay, &mut lower) {
+                            return Reach::Any;
+                        }
+                    }
+                    Dep::Pattern(p) => {
+                        let pat = self.pattern_of[p as usize] as usize;
+                        if !out.contains(&pat)
+                            // The best factor last: its key is here, so it is the likeliest.
+                            && self.factors[p as usize]
+                                .iter()
+                                .rev()
+                                .all(|f| f.iter().any(|&x| self.present(x, hay, &mut lower)))
+                        {
+                            out.push(pat);
+                        }
                     }
                 }
             }
@@ -229,6 +232,18 @@ impl Prefilter {
         out.sort_unstable();
         out.dedup();
         Reach::Some
+    }
+
+    /// Whether literal `id` is in `hay`; `lower`: `hay` lowercased, made on first need.
+    fn present(&self, id: u32, hay: &[u8], lower: &mut Vec<u8>) -> bool {
+        let l = &self.lits[id as usize];
+        if !l.ci {
+            return l.finder.find(hay).is_some();
+        }
+        if lower.is_empty() {
+            *lower = hay.to_ascii_lowercase();
+        }
+        l.finder.find(lower).is_some()
     }
 
     /// Patterns the prefilter could not take literals from (run on every line).
@@ -283,7 +298,6 @@ struct Builder {
     lits: Vec<LitInfo>,
     index: std::collections::HashMap<Lit, u32>,
     factors: Vec<Vec<Vec<u32>>>,
-    users: Vec<Vec<u32>>,
 }
 
 impl Builder {
@@ -292,8 +306,8 @@ impl Builder {
             return id;
         }
         let id = self.lits.len() as u32;
-        self.lits.push(LitInfo { bytes: l.0.clone(), ci: l.1, level: false });
-        self.users.push(Vec::new());
+        let finder = memchr::memmem::Finder::new(&l.0).into_owned();
+        self.lits.push(LitInfo { finder, ci: l.1 });
         self.index.insert(l.clone(), id);
         id
     }
@@ -310,8 +324,52 @@ fn required_factors(pattern: &str) -> Option<Vec<Factor>> {
     fs.retain(|f| !f.is_empty() && f.iter().all(|l| !l.0.is_empty()));
     fs.retain(|f| score(f) >= MIN_FACTOR);
     fs.sort_by_key(|f| std::cmp::Reverse(score(f)));
+    // The first stage looks for the first factor: the best one that INFO chatter lacks, if any.
+    if let Some(i) = fs.iter().position(|f| !f.iter().any(common)) {
+        let f = fs.remove(i);
+        fs.insert(0, f);
+    }
     fs.truncate(MAX_FACTORS);
     (!fs.is_empty()).then_some(fs)
+}
+
+/// The shapes of the INFO lines a large job prints by the thousand (from `NCCL_DEBUG=INFO` runs
+/// of NCCL 2.22 and 2.28 on H200, and the 512-rank init of issue 24), numbers and pointers
+/// varied: a literal found in them makes a poor first-stage key, since nearly every line of such
+/// a log would then take the second look.
+const COMMON: &[&str] = &[
+    "node-001:12345:12399 [7] NCCL INFO Channel 03/0 : 5 -> 6 via P2P/CUMEM/read",
+    "NCCL INFO Channel 03/1 : 5[5] -> 13[5] [send] via NET/IB/5/GDRDMA",
+    "NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/Socket/0",
+    "NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7",
+    "NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+    "NCCL INFO Connected all trees",
+    "NCCL INFO Trees [0] 6/-1/-1->5->13 [1] 6/-1/-1->5->13",
+    "NCCL INFO NET/IB : Using [0]mlx5_5:1/IB [1]mlx5_6:1/IB ; OOB ib0:10.0.0.5<0>",
+    "NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>",
+    "NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>",
+    "NCCL INFO Using network Socket",
+    "NCCL INFO misc/socket.cc:826 -> 3",
+    "NCCL INFO comm 0x55d0a1b2c3d0 rank 5 nRanks 512 nNodes 64 localRanks 8 localRank 5 MNNVL 0",
+    "NCCL INFO Received and initiated operation=Init res=0",
+    "NCCL INFO resp.opId=0x7f1e5b695b66 matches expected opId=0x7f1e5b695b66",
+    "NCCL INFO ncclPollProxyResponse Received new opId=0x7f1e5b695b66",
+    "NCCL INFO New proxy send connection 2 from local rank 1, transport 0",
+    "NCCL INFO proxyProgressAsync opId=0x7f17 op.type=1 op.reqBuff=0x7f1b op.respSize=16 done",
+    "NCCL INFO Connected to proxy localRank 1 -> connection 0x7ffcf19724d3",
+    "NCCL INFO UDS: ClientGetFd handle 0x7f12 tpRank 1 returned fd 53 sameProcess 0",
+    "NCCL INFO UDS converted handle 0x7f12 to fd 53 on remote peer 1",
+    "NCCL INFO AllReduce: opCount 1a2 sendbuff 0x7f10 recvbuff 0x7f10 count 1024 datatype 7 op 0 root 0 comm 0x55d0 [nranks=8] stream 0x55d1",
+    "NCCL INFO 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+    "NCCL INFO threadThresholds 8/8/64 | 64/8/64 | 512 | 512",
+    "NCCL INFO P2P Chunksize set to 524288",
+];
+
+/// Whether `l` is in a line of `COMMON` (ASCII case ignored).
+fn common(l: &Lit) -> bool {
+    static LOWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let text = LOWER.get_or_init(|| COMMON.join("\n").to_ascii_lowercase().into_bytes());
+    memchr::memmem::find(text, &l.0.to_ascii_lowercase()).is_some()
 }
 
 /// How selective a factor is: its shortest literal.
@@ -338,50 +396,101 @@ fn factors(h: &Hir) -> Vec<Factor> {
             vec![alt]
         }
         HirKind::Concat(children) => {
+            // Runs of children that match few strings each are joined into their products
+            // (`NCCL (?:WARN|ATTN) ` is `NCCL WARN ` or `NCCL ATTN `).
             let mut out = Vec::new();
-            let mut run: Lit = (Vec::new(), false);
+            let mut run: Vec<Lit> = vec![(Vec::new(), false)];
+            let flush = |run: &mut Vec<Lit>, out: &mut Vec<Factor>| {
+                let f: Factor =
+                    std::mem::replace(run, vec![(Vec::new(), false)]).into_iter().map(|(b, ci)| norm(b, ci)).collect();
+                if f.iter().all(|l| !l.0.is_empty()) {
+                    out.push(f);
+                }
+            };
             for c in children {
-                if let Some((bytes, ci)) = single_string(c) {
-                    run.0.extend(bytes);
-                    run.1 |= ci;
-                    continue;
+                match strings(c) {
+                    Some(set) if run.len() * set.len() <= MAX_STRINGS => run = product(&run, &set),
+                    Some(set) => {
+                        flush(&mut run, &mut out);
+                        run = set;
+                    }
+                    None => {
+                        flush(&mut run, &mut out);
+                        out.extend(factors(c));
+                    }
                 }
-                if !run.0.is_empty() {
-                    out.push(vec![norm(std::mem::take(&mut run.0), run.1)]);
-                    run.1 = false;
-                }
-                out.extend(factors(c));
             }
-            if !run.0.is_empty() {
-                out.push(vec![norm(run.0, run.1)]);
-            }
+            flush(&mut run, &mut out);
             out
         }
         _ => Vec::new(),
     }
 }
 
-/// `h` if it matches exactly one string (ignoring ASCII case when the flag is set).
-fn single_string(h: &Hir) -> Option<Lit> {
-    match h.kind() {
-        HirKind::Literal(l) => Some((l.0.to_vec(), false)),
-        HirKind::Class(c) => class_lit(c),
-        HirKind::Capture(c) => single_string(&c.sub),
+/// Strings kept in one literal set: more make the automata larger than they make the check stricter.
+const MAX_STRINGS: usize = 16;
+
+/// The strings `h` matches (ignoring ASCII case where a flag is set), if they are at most
+/// `MAX_STRINGS`; the empty string among them when `h` may match nothing.
+fn strings(h: &Hir) -> Option<Vec<Lit>> {
+    let set = match h.kind() {
+        HirKind::Empty => vec![(Vec::new(), false)],
+        HirKind::Literal(l) => vec![(l.0.to_vec(), false)],
+        HirKind::Class(c) => vec![class_lit(c)?],
+        HirKind::Capture(c) => strings(&c.sub)?,
         HirKind::Repetition(r) if r.max == Some(r.min) && r.min <= 16 => {
-            let (b, ci) = single_string(&r.sub)?;
-            Some((b.repeat(r.min as usize), ci))
+            let sub = strings(&r.sub)?;
+            let mut out = vec![(Vec::new(), false)];
+            for _ in 0..r.min {
+                out = product(&out, &sub);
+                if out.len() > MAX_STRINGS {
+                    return None;
+                }
+            }
+            out
+        }
+        HirKind::Repetition(r) if r.min == 0 && r.max == Some(1) => {
+            let mut out = strings(&r.sub)?;
+            out.push((Vec::new(), false));
+            out
         }
         HirKind::Concat(children) => {
-            let mut out: Lit = (Vec::new(), false);
+            let mut out = vec![(Vec::new(), false)];
             for c in children {
-                let (b, ci) = single_string(c)?;
-                out.0.extend(b);
-                out.1 |= ci;
+                out = product(&out, &strings(c)?);
+                if out.len() > MAX_STRINGS {
+                    return None;
+                }
             }
-            Some(out)
+            out
         }
-        _ => None,
+        HirKind::Alternation(branches) => {
+            let mut out = Vec::new();
+            for b in branches {
+                out.extend(strings(b)?);
+                if out.len() > MAX_STRINGS {
+                    return None;
+                }
+            }
+            out
+        }
+        _ => return None,
+    };
+    (set.len() <= MAX_STRINGS).then_some(set)
+}
+
+/// Every string of `a` followed by every string of `b`.
+fn product(a: &[Lit], b: &[Lit]) -> Vec<Lit> {
+    let mut out: Vec<Lit> = Vec::with_capacity(a.len() * b.len());
+    for x in a {
+        for y in b {
+            let l = ([x.0.as_slice(), y.0.as_slice()].concat(), x.1 || y.1);
+            if !out.contains(&l) {
+                out.push(l);
+            }
+        }
     }
+    out
 }
 
 /// A class of one byte, or of one ASCII letter in both cases.
@@ -433,9 +542,23 @@ mod tests {
             lits(r"(?i:out of memory): Killed process (?P<pid>\d+)")[0],
             vec![("out of memory: killed process ".to_string(), true)]
         );
+        // Few strings in a row: their products.
         assert_eq!(
             lits(r"DeepEP timeout for (?:dispatch|combine) (?:senders|receivers)")[0],
-            vec![("DeepEP timeout for ".to_string(), false)]
+            ["dispatch senders", "dispatch receivers", "combine senders", "combine receivers"]
+                .map(|w| (format!("DeepEP timeout for {w}"), false))
+        );
+        assert_eq!(
+            lits(r"NCCL (?:WARN|ATTN) (?:NET/IB ?: \S+ GID table changed)"),
+            vec![
+                vec![
+                    ("NCCL WARN NET/IB : ".to_string(), false),
+                    ("NCCL WARN NET/IB: ".into(), false),
+                    ("NCCL ATTN NET/IB : ".into(), false),
+                    ("NCCL ATTN NET/IB: ".into(), false)
+                ],
+                vec![(" GID table changed".to_string(), false)],
+            ]
         );
         assert_eq!(
             lits(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+)"),
@@ -462,6 +585,20 @@ mod tests {
         let p = Prefilter::new(&["(?i)\\x{212A}ill".to_string()]);
         assert_eq!(p.residual_len(), 1);
         assert!(may(&p, "then kill it"));
+    }
+
+    #[test]
+    fn patterns_that_need_a_level_word_take_no_place_in_the_stages() {
+        let pats = [r"NCCL (?:WARN|ATTN) NET/IB ?: \S+ GID table changed".to_string(), r"via P2P/(\w+)".to_string()];
+        let p = Prefilter::new(&pats);
+        assert_eq!(p.pattern_of, [1]);
+        let mut out = Vec::new();
+        // An INFO line holding the WARN pattern's other literals: nothing it could match.
+        assert_eq!(p.reach("NCCL INFO NET/IB : mlx5_0 GID table changed", &mut out), Reach::Nothing);
+        assert_eq!(p.reach("NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Any);
+        assert_eq!(p.reach("x NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Any);
+        assert_eq!(p.reach("NCCL INFO Channel 00/0 : 1 -> 2 via P2P/CUMEM/read", &mut out), Reach::Some);
+        assert_eq!(out, [1]);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! readings), `ranks`, `findings` (grouping under the winning rule), `outcome`, `primary` (the
 //! culprit), `verdict` (demotion and the verdict); `finish` here runs them in order.
 
+mod chunked;
 mod findings;
 mod outcome;
 mod primary;
@@ -50,6 +51,8 @@ const HIT_TEXT_MAX: usize = 4096;
 const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
+/// Bytes per chunk when one large file is read on every core (`chunked`).
+const CHUNK: u64 = 1 << 20;
 /// Input size from which the prefilter pays for its building (about 10 ms): below, every line
 /// takes the full matcher, which is quicker for a few thousand lines.
 const BIG_INPUT: u64 = 1 << 20;
@@ -115,6 +118,9 @@ pub struct Engine {
     /// Built when the input turns out big (`big_input` bytes); see `BIG_INPUT`.
     prefilter: OnceLock<log::Prefilter>,
     big_input: u64,
+    /// Chunk size and thread count of the chunked reading (tests set them; `None`: every core).
+    chunk_size: u64,
+    chunk_threads: Option<usize>,
 }
 
 impl Engine {
@@ -201,6 +207,8 @@ impl Engine {
             torch_version_re,
             prefilter: OnceLock::new(),
             big_input: BIG_INPUT,
+            chunk_size: CHUNK,
+            chunk_threads: None,
         })
     }
 
@@ -208,6 +216,14 @@ impl Engine {
     #[doc(hidden)]
     pub fn set_big_input(&mut self, bytes: u64) {
         self.big_input = bytes;
+    }
+
+    /// Read one large file in chunks of `bytes` with `threads` threads (tests: tiny chunks; `threads`
+    /// below 2 turns the chunked reading off).
+    #[doc(hidden)]
+    pub fn set_chunking(&mut self, bytes: u64, threads: usize) {
+        self.chunk_size = bytes.max(1);
+        self.chunk_threads = Some(threads);
     }
 
     fn prefilter(&self) -> &log::Prefilter {
@@ -227,7 +243,10 @@ impl Engine {
             let mut st = State { want_templates: opts.templates, ..State::default() };
             let mut budget = opts.max_bytes;
             for (si, input) in inputs.iter().enumerate() {
-                self.scan(&mut st, si, input, &mut budget, big)?;
+                match self.chunked_source(input, big, budget) {
+                    Some((src, len)) => self.scan_chunked(&mut st, si, input, &src, len),
+                    None => self.scan(&mut st, si, input, &mut budget, big)?,
+                }
             }
             st
         } else {
@@ -267,7 +286,7 @@ impl Engine {
                 self.line(&mut st, &mut src, &line);
             }
             self.end_records(&mut st, &mut src);
-            st.end_source(src, name, &reader, &mut budget);
+            st.end_source(src, name, reader.stats(), &mut budget);
         }
         Ok(self.finish(st, opts))
     }

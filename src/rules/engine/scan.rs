@@ -96,29 +96,41 @@ impl Engine {
                 }
             };
             src.lines += 1;
-            // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
-            if log::is_clean(raw) {
-                // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
-                let line = unsafe { std::str::from_utf8_unchecked(raw) };
-                // An open record (a traceback) takes every line until it closes. The prefixes are
-                // stripped once, for the prefilter and the matcher.
-                if !line.is_empty() {
-                    let p = log::strip_prefixes(line);
-                    let ask = big && !src.records.is_open();
-                    self.asked_line(st, &mut src, line, p, ask, &mut reach);
-                }
-            } else {
-                let line = log::clean_line(raw);
-                if !line.is_empty() {
-                    let p = log::strip_prefixes(&line);
-                    let ask = big && line.is_ascii() && !src.records.is_open();
-                    self.asked_line(st, &mut src, &line, p, ask, &mut reach);
-                }
-            }
+            self.raw_line(st, &mut src, raw, big, &mut reach);
         }
         self.end_records(st, &mut src);
-        st.end_source(src, name, &reader, budget);
+        st.end_source(src, name, reader.stats(), budget);
         Ok(())
+    }
+
+    /// One line as the reader returns it, cleaned and matched (`big`: through the prefilter).
+    pub(crate) fn raw_line(
+        &self,
+        st: &mut State,
+        src: &mut SourceState,
+        raw: &[u8],
+        big: bool,
+        reach: &mut Vec<usize>,
+    ) {
+        // Printable ASCII is its own cleaned form (no copy); the prefilter answers for ASCII.
+        if log::is_clean(raw) {
+            // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
+            let line = unsafe { std::str::from_utf8_unchecked(raw) };
+            // An open record (a traceback) takes every line until it closes. The prefixes are
+            // stripped once, for the prefilter and the matcher.
+            if !line.is_empty() {
+                let p = log::strip_prefixes(line);
+                let ask = big && !src.records.is_open();
+                self.asked_line(st, src, line, p, ask, reach);
+            }
+        } else {
+            let line = log::clean_line(raw);
+            if !line.is_empty() {
+                let p = log::strip_prefixes(&line);
+                let ask = big && line.is_ascii() && !src.records.is_open();
+                self.asked_line(st, src, &line, p, ask, reach);
+            }
+        }
     }
 
     /// `prefixed_line`, after the prefilter when `ask`: a line no pattern can match is skipped,
@@ -133,31 +145,31 @@ impl Engine {
         reach: &mut Vec<usize>,
     ) {
         if !ask {
-            return self.prefixed_line(st, src, raw, p, None);
+            return self.prefixed_line(st, src, raw, p, Want::All);
         }
         match self.prefilter().reach(p.rest, reach) {
             log::Reach::Nothing => {}
-            log::Reach::Some => self.prefixed_line(st, src, raw, p, Some(reach)),
-            log::Reach::Any => self.prefixed_line(st, src, raw, p, None),
+            log::Reach::Some => self.prefixed_line(st, src, raw, p, Want::Among(reach)),
+            log::Reach::Any => self.prefixed_line(st, src, raw, p, Want::All),
         }
     }
 
     /// One physical line: prefixes stripped, joined into records, every record matched.
     pub(crate) fn line(&self, st: &mut State, src: &mut SourceState, raw: &str) {
         if !raw.is_empty() {
-            self.prefixed_line(st, src, raw, log::strip_prefixes(raw), None);
+            self.prefixed_line(st, src, raw, log::strip_prefixes(raw), Want::All);
         }
     }
 
-    /// `line` once its prefixes are stripped (`p`); `raw` is not empty. `only`: the patterns
-    /// that alone can match it (the prefilter's answer), if known.
+    /// `line` once its prefixes are stripped (`p`); `raw` is not empty. `want`: what is known of
+    /// the patterns that match its message.
     pub(crate) fn prefixed_line(
         &self,
         st: &mut State,
         src: &mut SourceState,
         raw: &str,
         p: log::Prefixed<'_>,
-        only: Option<&[usize]>,
+        want: Want<'_>,
     ) {
         self.split_version(st, src, p.rest);
         let fed = src.records.feed(src.lines, raw, &p);
@@ -177,9 +189,10 @@ impl Engine {
                 symptom: false,
                 detail: None,
             };
-            let matches = match only {
-                Some(c) => self.matches_among(l.msg, c),
-                None => self.matches(l.msg),
+            let matches = match want {
+                Want::All => self.matches(l.msg),
+                Want::Among(c) => self.matches_among(l.msg, c),
+                Want::Known(m) => m,
             };
             self.matched_line(st, src, &l, None, matches);
         }
@@ -492,6 +505,16 @@ fn plain_quotes(line: &str) -> Option<String> {
             })
             .collect()
     })
+}
+
+/// What is known of the patterns that match a line's message.
+pub(crate) enum Want<'a> {
+    /// Nothing: run the whole set.
+    All,
+    /// Only these (ascending) can match: the prefilter's answer.
+    Among(&'a [usize]),
+    /// These match: found ahead, by a chunk's worker (`scan_chunked`).
+    Known(Vec<usize>),
 }
 
 /// A line (or a record's part) as the matcher takes it.

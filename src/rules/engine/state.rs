@@ -217,7 +217,7 @@ impl State {
         &mut self,
         src: SourceState,
         name: String,
-        reader: &log::LineReader,
+        reader: log::ReadStats,
         budget: &mut Option<u64>,
     ) {
         if reader.cut_lines > 0 {

@@ -283,3 +283,68 @@ fn metric_and_progress_lines_and_unrelated_import_warnings_are_no_failures() {
     assert!(!scan::metric_or_progress("3 failed, 10 passed"));
     assert!(!scan::metric_or_progress("NCCL error 2: unhandled system error"));
 }
+
+/// The JSON `e` gives for `input` alone.
+fn json_of(e: &Engine, input: &Input) -> String {
+    let opts = Options { evidence: 5, ..Default::default() };
+    serde_json::to_string_pretty(&e.analyze(std::slice::from_ref(input), &opts).unwrap()).unwrap()
+}
+
+/// An engine that reads one file in chunks of `size` bytes on `threads` threads.
+fn chunked(size: u64, threads: usize) -> Engine {
+    let mut e = engine();
+    e.set_chunking(size, threads);
+    e
+}
+
+#[test]
+fn chunked_reading_gives_the_json_of_one_thread_on_every_fixture() {
+    let one = chunked(1 << 20, 1);
+    let mut many = chunked(1, 3);
+    for input in fixture_inputs() {
+        let want = json_of(&one, &input);
+        let len = size_hint(&input);
+        for size in [1, 7, 64, 997, len / 4].into_iter().filter(|&s| s >= 1 && 4 * s <= len) {
+            many.set_chunking(size, 3);
+            assert!(many.chunked_source(&input, true, None).is_some(), "{} is read in chunks", input.name());
+            assert!(json_of(&many, &input) == want, "{} in chunks of {size} bytes", input.name());
+        }
+    }
+}
+
+#[test]
+fn chunked_reading_gives_the_json_of_one_thread_when_records_straddle_chunk_ends() {
+    // Every fixture in one log: tracebacks, `Last error:` payloads, terminate/what() pairs,
+    // version and communicator lines, phases; CRLF ends and a line over the 1 MiB cut.
+    let mut text = String::new();
+    for (i, input) in fixture_inputs().iter().enumerate() {
+        let Input::Memory { text: t, .. } = input else { unreachable!() };
+        text.push_str(&if i % 3 == 0 { t.replace('\n', "\r\n") } else { t.clone() });
+        if i == 5 {
+            text.push_str(&format!("{}\n", "y".repeat(crate::log::input::MAX_LINE + 3)));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("all.log");
+    std::fs::write(&path, &text).unwrap();
+    let file = Input::File(path);
+    let one = chunked(1 << 20, 1);
+    let want = json_of(&one, &file);
+    assert!(want.contains("longer than 1 MiB were cut"));
+    let reference = serde_json::to_string_pretty(
+        &one.analyze_reference(std::slice::from_ref(&file), &Options { evidence: 5, ..Default::default() }).unwrap(),
+    )
+    .unwrap();
+    assert!(want == reference, "one thread differs from the reference");
+    for (size, threads) in [(61, 2), (256, 3), (4099, 2), (1 << 16, 4), (1 << 18, 2)] {
+        let many = chunked(size, threads);
+        assert!(many.chunked_source(&file, true, None).is_some());
+        assert!(json_of(&many, &file) == want, "chunks of {size} bytes on {threads} threads");
+    }
+    // A compressed file is left to the streaming reader.
+    let gz = dir.path().join("all.log.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, text.as_bytes()).unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    assert!(chunked(61, 2).chunked_source(&Input::File(gz), true, None).is_none());
+}
