@@ -138,7 +138,8 @@ pub fn run_cell(
 
 /// Each rank's last enqueued collective from the Flight Recorder dumps the cell left in its folder.
 fn fr_seqs(cell_dir: &Path) -> BTreeMap<String, i64> {
-    let dumps: Vec<crate::flight::Dump> = log_files(cell_dir).iter().filter_map(|p| crate::flight::read_if_dump(p)).collect();
+    let dumps: Vec<crate::flight::Dump> =
+        log_files(cell_dir).iter().filter_map(|p| crate::flight::read_if_dump(p)).collect();
     crate::flight::last_enqueued(&dumps).into_iter().map(|(r, s)| (r.to_string(), s)).collect()
 }
 

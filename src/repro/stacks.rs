@@ -225,12 +225,16 @@ pub fn group(stacks: &[ProcStack], fr: &BTreeMap<String, i64>) -> Vec<StackGroup
         let seq = fr.get(&st.rank).copied();
         match groups.iter_mut().find(|g| g.waits == st.waits && g.fr_seq == seq) {
             Some(g) => g.ranks.push(st.rank.clone()),
-            None => {
-                groups.push(StackGroup { ranks: vec![st.rank.clone()], label: String::new(), waits: st.waits.clone(), fr_seq: seq })
-            }
+            None => groups.push(StackGroup {
+                ranks: vec![st.rank.clone()],
+                label: String::new(),
+                waits: st.waits.clone(),
+                fr_seq: seq,
+            }),
         }
     }
-    let launcher = |g: &StackGroup| g.ranks.iter().all(|r| r == "cmd" || r.starts_with("pid ") || r.contains("child pid"));
+    let launcher =
+        |g: &StackGroup| g.ranks.iter().all(|r| r == "cmd" || r.starts_with("pid ") || r.contains("child pid"));
     let first_rank = |g: &StackGroup| g.ranks.iter().filter_map(|r| r.parse::<u64>().ok()).min().unwrap_or(u64::MAX);
     groups.sort_by_key(|g| (launcher(g), g.ranks.len(), waits_for_peers(&g.waits), first_rank(g)));
     for g in &mut groups {
