@@ -93,6 +93,19 @@ def size_and_files(path):
     return total, n
 
 
+def count_lines(path):
+    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    n = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            while True:
+                b = fh.read(1 << 22)
+                if not b:
+                    break
+                n += b.count(b"\n")
+    return n
+
+
 def warm(path):
     """Read the files once so that every timed run finds them in the page cache."""
     files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
@@ -208,6 +221,7 @@ def main():
             "ep_cpu": min(r[1] for r in eps),
             "ep_rss": max(r[2] for r in eps),
         }
+        row["lines"] = count_lines(path)
         row["ratio"] = row["ep_wall"] / row["rg_wall"]
         row["ep_cores"] = ep_best[1] / ep_best[0]
         row["rg_cores"] = rg_best[1] / rg_best[0]
@@ -215,6 +229,7 @@ def main():
         print(
             f"{name:20} {nfiles:4} files {row['mb']:7.0f} MB  rg {row['rg_wall']:6.2f} s  "
             f"explain {row['ep_wall']:6.2f} s  ratio {row['ratio']:.2f}  "
+            f"CPU rg {row['rg_cpu']:.2f} s explain {row['ep_cpu']:.2f} s ({row['ep_cpu'] / row['rg_cpu']:.2f})  "
             f"explain cores {row['ep_cores']:.2f}  RSS {row['ep_rss']:.0f} MiB",
             flush=True,
         )
@@ -262,13 +277,14 @@ def main():
         f"{info['epdoctor']}, {info['rg']}, {info['rustc']}; pattern set: {npats} patterns of {nrules} rules; "
         f"best of {a.runs} runs each; load average {load0[0]:.1f} at start, {load1[0]:.1f} at end.",
         "",
-        "| data set | files | MB | rg s | explain s | ratio | explain CPU s | cores used | explain peak RSS MiB | rg peak RSS MiB |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| data set | files | MB | lines | rg s | explain s | wall ratio | rg CPU s | explain CPU s | CPU ratio | cores used | explain peak RSS MiB | rg peak RSS MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         md.append(
-            f"| {r['set']} | {r['files']} | {r['mb']:.0f} | {r['rg_wall']:.2f} | {r['ep_wall']:.2f} | "
-            f"{r['ratio']:.2f} | {r['ep_cpu']:.2f} | {r['ep_cores']:.2f} | {r['ep_rss']:.0f} | {r['rg_rss']:.0f} |"
+            f"| {r['set']} | {r['files']} | {r['mb']:.0f} | {r['lines']} | {r['rg_wall']:.2f} | {r['ep_wall']:.2f} | "
+            f"{r['ratio']:.2f} | {r['rg_cpu']:.2f} | {r['ep_cpu']:.2f} | {r['ep_cpu'] / r['rg_cpu']:.2f} | "
+            f"{r['ep_cores']:.2f} | {r['ep_rss']:.0f} | {r['rg_rss']:.0f} |"
         )
     md += [
         "",

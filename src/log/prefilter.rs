@@ -102,7 +102,9 @@ fn level_literals() -> impl Iterator<Item = &'static str> {
 
 impl Prefilter {
     /// The prefilter for the engine's patterns (rules, phase markers, its own version lines).
-    pub fn new(patterns: &[String]) -> Prefilter {
+    /// `dfa`: its automaton is a DFA, which reads a large input several times faster and takes
+    /// several times longer to build than the NFA that serves a small one.
+    pub fn new(patterns: &[String], dfa: bool) -> Prefilter {
         let mut b = Builder::default();
         // What the first stage must find: each level literal, and the best factor's literals of
         // each prefiltered pattern.
@@ -133,13 +135,12 @@ impl Prefilter {
             }
         }
         let keys = minimal(entries.iter().map(|(l, _)| l.clone()).collect());
+        let kind = if dfa { AhoCorasickKind::DFA } else { AhoCorasickKind::ContiguousNFA };
+        let Some(first) = automaton(&keys, kind) else { return Prefilter::everything() };
         let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); keys.len()];
         for (l, d) in &entries {
-            let low = l.0.to_ascii_lowercase();
             // The longest key the literal holds (`minimal` kept one of them).
-            let k = (0..keys.len())
-                .filter(|&k| memchr::memmem::find(&low, &keys[k]).is_some())
-                .max_by_key(|&k| keys[k].len());
+            let k = first.find_overlapping_iter(&l.0).map(|m| m.pattern().as_usize()).max_by_key(|&k| keys[k].len());
             match k {
                 // A pattern is checked once per key, whichever of its literals led there.
                 Some(k) if !deps[k].contains(d) => deps[k].push(*d),
@@ -147,7 +148,6 @@ impl Prefilter {
                 None => return Prefilter::everything(),
             }
         }
-        let Some(first) = automaton(&keys, AhoCorasickKind::DFA) else { return Prefilter::everything() };
         let residual = if residual.is_empty() {
             None
         } else {
@@ -278,19 +278,15 @@ pub fn ascii_safe(pattern: &str) -> bool {
 
 /// `lits` without the ones that contain another (finding the shorter one is then enough), as
 /// case-insensitive literals: the first stage may say "yes" too often, never too seldom.
-fn minimal(mut lits: Vec<Lit>) -> Vec<Vec<u8>> {
-    for l in &mut lits {
-        l.0.make_ascii_lowercase();
-    }
-    lits.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then_with(|| a.0.cmp(&b.0)));
-    lits.dedup_by(|a, b| a.0 == b.0);
-    let mut out: Vec<Vec<u8>> = Vec::new();
-    for (l, _) in lits {
-        if !out.iter().any(|o| memchr::memmem::find(&l, o).is_some()) {
-            out.push(l);
-        }
-    }
-    out
+fn minimal(lits: Vec<Lit>) -> Vec<Vec<u8>> {
+    let mut lits: Vec<Vec<u8>> = lits.into_iter().map(|l| l.0.to_ascii_lowercase()).collect();
+    lits.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    lits.dedup();
+    // A literal holding another holds one that is kept (a smallest one it holds), so one search
+    // of each literal for all others tells.
+    let Some(all) = automaton(&lits, AhoCorasickKind::ContiguousNFA) else { return lits };
+    let holds_other = |i: usize| all.find_overlapping_iter(&lits[i]).any(|m| m.pattern().as_usize() != i);
+    (0..lits.len()).filter(|&i| !holds_other(i)).map(|i| lits[i].clone()).collect()
 }
 
 #[derive(Default)]
@@ -324,8 +320,9 @@ fn required_factors(pattern: &str) -> Option<Vec<Factor>> {
     fs.retain(|f| !f.is_empty() && f.iter().all(|l| !l.0.is_empty()));
     fs.retain(|f| score(f) >= MIN_FACTOR);
     fs.sort_by_key(|f| std::cmp::Reverse(score(f)));
-    // The first stage looks for the first factor: the best one that INFO chatter lacks, if any.
-    if let Some(i) = fs.iter().position(|f| !f.iter().any(common)) {
+    // The first stage looks for the first factor: of the best, the one INFO chatter holds least.
+    let rarest = (fs.len() > 1).then(|| (0..fs.len()).min_by_key(|&i| fs[i].iter().map(common).sum::<usize>()));
+    if let Some(i) = rarest.flatten() {
         let f = fs.remove(i);
         fs.insert(0, f);
     }
@@ -365,11 +362,12 @@ const COMMON: &[&str] = &[
     "NCCL INFO P2P Chunksize set to 524288",
 ];
 
-/// Whether `l` is in a line of `COMMON` (ASCII case ignored).
-fn common(l: &Lit) -> bool {
+/// How many lines of `COMMON` hold `l` (ASCII case ignored).
+fn common(l: &Lit) -> usize {
     static LOWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     let text = LOWER.get_or_init(|| COMMON.join("\n").to_ascii_lowercase().into_bytes());
-    memchr::memmem::find(text, &l.0.to_ascii_lowercase()).is_some()
+    let l = l.0.to_ascii_lowercase();
+    text.split(|&b| b == b'\n').filter(|c| memchr::memmem::find(c, &l).is_some()).count()
 }
 
 /// How selective a factor is: its shortest literal.
@@ -582,7 +580,7 @@ mod tests {
         assert!(!ascii_safe("caf\u{00e9}"));
         assert!(!ascii_safe("\\p{Greek}"));
         assert!(ascii_safe(r"NCCL WARN \[Service thread\] (?i:kill)"));
-        let p = Prefilter::new(&["(?i)\\x{212A}ill".to_string()]);
+        let p = Prefilter::new(&["(?i)\\x{212A}ill".to_string()], false);
         assert_eq!(p.residual_len(), 1);
         assert!(may(&p, "then kill it"));
     }
@@ -590,7 +588,7 @@ mod tests {
     #[test]
     fn patterns_that_need_a_level_word_take_no_place_in_the_stages() {
         let pats = [r"NCCL (?:WARN|ATTN) NET/IB ?: \S+ GID table changed".to_string(), r"via P2P/(\w+)".to_string()];
-        let p = Prefilter::new(&pats);
+        let p = Prefilter::new(&pats, true);
         assert_eq!(p.pattern_of, [1]);
         let mut out = Vec::new();
         // An INFO line holding the WARN pattern's other literals: nothing it could match.
@@ -604,7 +602,7 @@ mod tests {
     #[test]
     fn prefilter_answers() {
         let pats = [r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)".to_string(), r"^\d+ \d+$".to_string()];
-        let p = Prefilter::new(&pats);
+        let p = Prefilter::new(&pats, true);
         assert_eq!(p.residual_len(), 1);
         assert!(may(&p, "h:1:1 [0] NCCL INFO comm 0x55 rank 3 nRanks 8 nNodes 1"));
         assert!(!may(&p, "h:1:1 [0] NCCL INFO AllReduce: opCount 1 comm 0x55 [nranks=8] stream 0x1"));

@@ -53,9 +53,11 @@ const RANK_MAP_CAP: usize = 1 << 16;
 const READ_AHEAD: usize = 4;
 /// Bytes per chunk when one large file is read on every core (`chunked`).
 const CHUNK: u64 = 1 << 20;
-/// Input size from which the prefilter pays for its building (about 10 ms): below, every line
-/// takes the full matcher, which is quicker for a few thousand lines.
-const BIG_INPUT: u64 = 1 << 20;
+/// Input size from which the prefilter is used. 0: always, since it takes less to build than the
+/// whole pattern set, which a small log then need not compile at all (see `ascii_set`).
+const BIG_INPUT: u64 = 0;
+/// Input size from which the prefilter's automaton is a DFA (see `log::Prefilter::new`).
+const DFA_INPUT: u64 = 1 << 20;
 /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
 const UNEXPLAINED_KEEP: usize = 200;
 /// Unrelated Python warnings kept as examples, and outcome marker lines kept per input.
@@ -103,9 +105,13 @@ pub struct Engine {
     /// The rule each class of catalogued message gets when no rule reads its line (rules/known-sites.toml).
     known_rules: Vec<(KnownClass, usize)>,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
-    /// compile time of `unicode_set` and the same matches on ASCII text. `None` when a pattern
-    /// names non-ASCII characters or does not compile that way; `unicode_set` then serves all.
-    ascii_set: Option<regex::bytes::RegexSet>,
+    /// compile time of `unicode_set` and the same matches on ASCII text. Compiled on the first
+    /// line the prefilter cannot narrow down (a small log may need none: its lines are matched by
+    /// the few patterns the prefilter names). `None` in it: it does not compile that way;
+    /// `unicode_set` then serves all lines. Not used at all unless `ascii_ok`.
+    ascii_set: OnceLock<Option<regex::bytes::RegexSet>>,
+    /// No pattern names non-ASCII characters: the byte set and the prefilter's singles may serve.
+    ascii_ok: bool,
     /// The pattern set as written, for the other lines; compiled on the first one. (`None` in it:
     /// the set would not compile, e.g. over the size limit; each pattern is then run on its own.)
     unicode_set: OnceLock<Option<RegexSet>>,
@@ -118,6 +124,8 @@ pub struct Engine {
     /// Built when the input turns out big (`big_input` bytes); see `BIG_INPUT`.
     prefilter: OnceLock<log::Prefilter>,
     big_input: u64,
+    /// The first input analyzed is large (`DFA_INPUT`): the prefilter is built as a DFA.
+    large_input: std::sync::atomic::AtomicBool,
     /// Chunk size and thread count of the chunked reading (tests set them; `None`: every core).
     chunk_size: u64,
     chunk_threads: Option<usize>,
@@ -165,17 +173,13 @@ impl Engine {
             pats.push(schema::ascii_word_boundaries(re.as_str()));
             slots.push(Slot::Internal(k));
         }
-        let ascii_set = pats
-            .iter()
-            .all(|p| log::prefilter::ascii_safe(p))
-            .then(|| regex::bytes::RegexSet::new(pats.iter().map(|p| format!("(?-u){p}"))).ok())
-            .flatten();
+        let ascii_ok = pats.iter().all(|p| log::prefilter::ascii_safe(p));
         let known_rules = KnownClass::ALL
             .into_iter()
             .filter_map(|c| rules.iter().position(|r| r.def.id == c.rule_id()).map(|i| (c, i)))
             .collect();
         let unicode_set = OnceLock::new();
-        if ascii_set.is_none() {
+        if !ascii_ok {
             let set = scan::unicode_set(&pats).map_err(|e| {
                 // Name the pattern that is too big or otherwise refused (rule files only parse it).
                 let culprit = pats.iter().zip(&slots).find(|(p, _)| Regex::new(p).is_err());
@@ -198,7 +202,8 @@ impl Engine {
             outcome_markers,
             sites_db,
             known_rules,
-            ascii_set,
+            ascii_set: OnceLock::new(),
+            ascii_ok,
             unicode_set,
             singles: pats.iter().map(|_| OnceLock::new()).collect(),
             pats,
@@ -207,6 +212,7 @@ impl Engine {
             torch_version_re,
             prefilter: OnceLock::new(),
             big_input: BIG_INPUT,
+            large_input: std::sync::atomic::AtomicBool::new(false),
             chunk_size: CHUNK,
             chunk_threads: None,
         })
@@ -227,7 +233,8 @@ impl Engine {
     }
 
     fn prefilter(&self) -> &log::Prefilter {
-        self.prefilter.get_or_init(|| log::Prefilter::new(&self.pats))
+        let dfa = self.large_input.load(std::sync::atomic::Ordering::Relaxed);
+        self.prefilter.get_or_init(|| log::Prefilter::new(&self.pats, dfa))
     }
 
     pub fn analyze(&self, inputs: &[Input], opts: &Options) -> Result<Analysis> {
@@ -238,7 +245,11 @@ impl Engine {
             || opts.max_bytes.is_some()
             || opts.templates
             || inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1;
-        let big = inputs.iter().map(size_hint).sum::<u64>() >= self.big_input;
+        let size = inputs.iter().map(size_hint).sum::<u64>();
+        let big = size >= self.big_input;
+        if size >= DFA_INPUT {
+            self.large_input.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let st = if in_turn {
             let mut st = State { want_templates: opts.templates, ..State::default() };
             let mut budget = opts.max_bytes;

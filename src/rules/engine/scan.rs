@@ -456,7 +456,7 @@ impl Engine {
         if let Some(plain) = plain_quotes(line) {
             return self.matches_among(&plain, cands);
         }
-        if self.ascii_set.is_none() || REFERENCE.with(std::cell::Cell::get) {
+        if !self.ascii_ok || REFERENCE.with(std::cell::Cell::get) {
             return self.matches(line);
         }
         let mut out = Vec::new();
@@ -471,6 +471,15 @@ impl Engine {
         out
     }
 
+    /// The byte set (see `Engine::ascii_set`), compiled on first use.
+    pub(crate) fn ascii_set(&self) -> Option<&regex::bytes::RegexSet> {
+        if !self.ascii_ok {
+            return None;
+        }
+        let set = || regex::bytes::RegexSet::new(self.pats.iter().map(|p| format!("(?-u){p}"))).ok();
+        self.ascii_set.get_or_init(set).as_ref()
+    }
+
     /// The indices of the patterns that match `line` (rank prefix stripped), in order. Non-ASCII
     /// lines (progress bars, other languages) too go through the byte set: the patterns name only
     /// ASCII, and a Unicode set of every rule is many times slower per line and costs seconds to
@@ -479,7 +488,7 @@ impl Engine {
         if let Some(plain) = plain_quotes(line) {
             return self.matches(&plain);
         }
-        if let (Some(set), false) = (&self.ascii_set, REFERENCE.with(std::cell::Cell::get)) {
+        if let (Some(set), false) = (self.ascii_set(), REFERENCE.with(std::cell::Cell::get)) {
             return set.matches(line.as_bytes()).into_iter().collect();
         }
         match self.unicode_set.get_or_init(|| unicode_set(&self.pats).ok()) {

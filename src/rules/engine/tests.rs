@@ -125,7 +125,7 @@ fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
 #[test]
 fn the_byte_set_matches_as_the_unicode_set_on_every_fixture_line() {
     let e = engine();
-    let ascii = e.ascii_set.as_ref().expect("the built-in patterns are ASCII-safe");
+    let ascii = e.ascii_set().expect("the built-in patterns are ASCII-safe");
     let unicode = scan::unicode_set(&e.pats).unwrap();
     let mut lines: Vec<String> = Vec::new();
     for i in fixture_inputs() {
