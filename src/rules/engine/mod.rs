@@ -52,7 +52,7 @@ const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
 /// Bytes per chunk when one large file is read on every core (`chunked`).
-const CHUNK: u64 = 1 << 20;
+const CHUNK: u64 = 1 << 19;
 /// Input size from which the prefilter is used. 0: always, since it takes less to build than the
 /// whole pattern set, which a small log then need not compile at all (see `ascii_set`).
 const BIG_INPUT: u64 = 0;
