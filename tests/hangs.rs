@@ -390,7 +390,7 @@ fn a_hang_cell_names_the_hung_process_and_its_stack_with_the_python_function() {
     let e = cell["primary"]["evidence"].as_str().unwrap();
     assert!(e.ends_with("via=py-spy thread=main: stuck_in_teardown (sleephang.py:6)"), "{e}");
     assert_eq!(cell["stack_groups"][0]["waits"], "stuck_in_teardown (sleephang.py:6)");
-    assert_eq!(cell["stack_notes"], serde_json::json!([]));
+    assert!(cell.get("stack_notes").is_none(), "no note when py-spy worked: {}", cell["stack_notes"]);
     // Every harness line is known: nothing unexplained, the verdict is not unknown.
     let dir = d.path().join("run/cells").join(cell["id"].as_str().unwrap());
     let (_, v, _) = explain_json(&[&dir]);

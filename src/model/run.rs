@@ -270,11 +270,12 @@ pub struct Cell {
     /// The stack of every process still running at the deadline.
     #[serde(default)]
     pub stacks: Vec<ProcStack>,
-    /// The same stacks grouped: ranks whose main threads wait in the same place, the odd group first.
-    #[serde(default)]
+    /// The same stacks grouped: ranks whose main threads wait in the same place, the odd group first
+    /// (absent from cells.json when no stack was taken).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stack_groups: Vec<StackGroup>,
     /// What the stack capture could not do (a tool missing, with its install command).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stack_notes: Vec<String>,
 }
 
