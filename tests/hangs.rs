@@ -344,3 +344,109 @@ fn a_hostile_pickle_is_an_error_not_an_abort() {
     assert_eq!(code, Some(1));
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("nested deeper than 200")));
 }
+
+fn py_spy() -> bool {
+    let ok = Command::new("py-spy").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok && std::env::var("EPDOCTOR_REQUIRE_PYSPY").is_ok_and(|v| v == "1") {
+        panic!("EPDOCTOR_REQUIRE_PYSPY=1 but py-spy is not on PATH");
+    }
+    if !ok {
+        eprintln!("skipped: py-spy is not on PATH (pip install py-spy; .ci/run installs it)");
+    }
+    ok
+}
+
+/// `repro -- python3 sleephang.py` (a real Python that hangs in a function of its own), with `env`.
+fn sleephang(env: &[(&str, &str)]) -> (tempfile::TempDir, Value) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("sleephang.py"),
+        "import time\n\n\ndef stuck_in_teardown():\n    print('teardown starts', flush=True)\n    time.sleep(600)\n\n\nstuck_in_teardown()\n",
+    )
+    .unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_epdoctor"));
+    c.current_dir(d.path()).env("NO_COLOR", "1").env_remove("EPDOCTOR_RULES").env_remove("EPDOCTOR_STACK_TOOLS");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .args(["repro", "-q", "--out", "run", "--timeout", "4", "--grace", "1", "--", "python3", "sleephang.py"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.path().join("run/cells.json")).unwrap()).unwrap();
+    let cell = v["cells"][0].clone();
+    (d, cell)
+}
+
+#[test]
+fn a_hang_cell_names_the_hung_process_and_its_stack_with_the_python_function() {
+    if !py_spy() {
+        return;
+    }
+    let (d, cell) = sleephang(&[]);
+    assert_eq!(cell["status"], "hang");
+    assert_eq!(cell["primary"]["rule"], "hang-stack-main-thread", "not the harness's bare deadline line");
+    let e = cell["primary"]["evidence"].as_str().unwrap();
+    assert!(e.ends_with("via=py-spy thread=main: stuck_in_teardown (sleephang.py:6)"), "{e}");
+    assert_eq!(cell["stack_groups"][0]["waits"], "stuck_in_teardown (sleephang.py:6)");
+    assert!(cell.get("stack_notes").is_none(), "no note when py-spy worked: {}", cell["stack_notes"]);
+    // Every harness line is known: nothing unexplained, the verdict is not unknown.
+    let dir = d.path().join("run/cells").join(cell["id"].as_str().unwrap());
+    let (_, v, _) = explain_json(&[&dir]);
+    assert_eq!(v["unexplained"], serde_json::json!([]), "{:#}", v["unexplained"]);
+}
+
+#[test]
+fn a_missing_py_spy_is_said_in_harness_log_and_the_report_with_its_install_command() {
+    let (d, cell) = sleephang(&[("EPDOCTOR_STACK_TOOLS", "proc")]);
+    let notes = cell["stack_notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().contains("py-spy not found on PATH")
+            && n.as_str().unwrap().contains("`pip install py-spy`")),
+        "{notes:?}"
+    );
+    let dir = d.path().join("run/cells").join(cell["id"].as_str().unwrap());
+    let h = std::fs::read_to_string(dir.join("harness.log")).unwrap();
+    assert!(h.contains("[epdoctor-harness] stacks: py-spy not found on PATH"), "{h}");
+    let report = std::fs::read_to_string(d.path().join("run/report.md")).unwrap();
+    assert!(report.contains("py-spy not found on PATH"), "{report}");
+    // Still a stack from /proc, and the finding about the missing tool is a note, not the cause.
+    assert_eq!(cell["stacks"][0]["tool"], "proc");
+    assert_eq!(cell["primary"]["rule"], "hang-stack-main-thread");
+}
+
+#[test]
+fn stacks_are_grouped_across_ranks_the_odd_group_first() {
+    use epdoctor::model::run::ProcStack;
+    let st = |rank: &str, waits: &str| ProcStack {
+        rank: rank.into(),
+        pid: 1,
+        cmd: "python3 train.py".into(),
+        tool: "py-spy".into(),
+        waits: waits.into(),
+        others: vec![],
+        raw: String::new(),
+    };
+    let mut stacks: Vec<ProcStack> =
+        (0..16).filter(|r| *r != 7).map(|r| st(&r.to_string(), "all_reduce <- train_step (train.py:88)")).collect();
+    stacks.push(st("7", "DataLoader.__next__ <- train_step (train.py:61)"));
+    stacks.push(st("cmd", "Popen.wait <- launch (run.py:9)"));
+    let fr: std::collections::BTreeMap<String, i64> =
+        (0..16).map(|r: i64| (r.to_string(), if r == 7 { 41 } else { 42 })).collect();
+    let g = epdoctor::repro::stacks::group(&stacks, &fr);
+    let lines: Vec<String> = g.iter().map(|g| format!("{} #{:?}: {}", g.label, g.fr_seq, g.waits)).collect();
+    assert_eq!(
+        lines,
+        [
+            "rank 7 #Some(41): DataLoader.__next__ <- train_step (train.py:61)",
+            "ranks 0-6, 8-15 #Some(42): all_reduce <- train_step (train.py:88)",
+            "cmd #None: Popen.wait <- launch (run.py:9)",
+        ]
+    );
+    // 512 ranks, one odd: two groups, not 512 lines.
+    let many: Vec<ProcStack> =
+        (0..512).map(|r| st(&r.to_string(), if r == 300 { "x (a.py:1)" } else { "y (a.py:2)" })).collect();
+    let g = epdoctor::repro::stacks::group(&many, &Default::default());
+    assert_eq!(g.iter().map(|g| g.label.as_str()).collect::<Vec<_>>(), ["rank 300", "ranks 0-299, 301-511"]);
+}

@@ -480,3 +480,45 @@ fn walk(d: &Path) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn a_command_that_does_not_exist_is_a_launch_error_locally_and_under_slurm() {
+    let mut launchers = vec!["local"];
+    if slurm() {
+        launchers.push("slurm");
+    }
+    for l in launchers {
+        let s = Scratch::new();
+        let mut c = s.cmd(l);
+        if l == "slurm" {
+            c.args(["--ntasks-per-node", "1"]);
+        }
+        let out = c.args(["--timeout", "30", "--", "epdoctor-no-such-command-26"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(5), "{l}: {}", stderr(&out));
+        let v = s.cells();
+        let cell = &v["cells"][0];
+        assert_eq!(cell["status"], "launch-error", "{l}: {}", cell["detail"]);
+        assert!(cell["detail"].as_str().unwrap().contains("epdoctor-no-such-command-26"), "{l}: {}", cell["detail"]);
+        let want = if l == "slurm" { "slurm-execve-failed" } else { "harness-launch-failed" };
+        assert_eq!(cell["primary"]["rule"], want, "{l}");
+        // Slurm's own lines about it are known, not unexplained.
+        assert_ne!(cell["verdict"], "unknown", "{l}: {:?}", rules_of(cell));
+    }
+}
+
+#[test]
+fn a_child_that_scrubs_its_environment_and_calls_setsid_is_found_and_ended() {
+    // Its own session and no cell tag: only epdoctor being the subreaper of its descendants finds it.
+    let s = Scratch::new();
+    let out = s
+        .cmd("local")
+        .args(["--timeout", "30", "--", "sh", "-c", "setsid env -i sleep 765 & echo started"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = s.cells();
+    let left = v["cells"][0]["leftovers"]["processes"].as_array().unwrap();
+    assert!(left.iter().any(|p| p["cmd"] == "sleep 765" && p["survived_kill"] == false), "{left:?}");
+    let alive = Command::new("pgrep").args(["-f", "^sleep 765$"]).output().unwrap();
+    assert!(alive.stdout.is_empty(), "still running: {}", String::from_utf8_lossy(&alive.stdout));
+}

@@ -20,6 +20,9 @@ pub struct Membership {
     pub pgids: Vec<i32>,
     /// None: the process groups only (under Slurm the nodes' probes look for the variable).
     pub env: Option<(String, String)>,
+    /// Also epdoctor's adopted orphans (it is the children's subreaper): a descendant that scrubbed
+    /// its environment and left the process group (`setsid env -i ...`) is still found.
+    pub orphans: bool,
 }
 
 /// The harness.log lines about what a cell left behind.
@@ -134,6 +137,7 @@ pub fn cell_processes(m: &Membership) -> Vec<LeftoverProcess> {
             continue;
         }
         let member = m.pgids.contains(&stat.pgrp)
+            || (m.orphans && stat.ppid == me)
             || m.env.as_ref().is_some_and(|(k, want)| procs::environ_var(&dir, k).is_some_and(|v| v == *want));
         if !member {
             continue;
@@ -276,7 +280,8 @@ garbage line that must not hide the others
             .env("EPDOCTOR_TEST_CELL", &marker)
             .spawn()
             .unwrap();
-        let m = Membership { pgids: vec![a.id() as i32], env: Some(("EPDOCTOR_TEST_CELL".into(), marker)) };
+        let m =
+            Membership { pgids: vec![a.id() as i32], env: Some(("EPDOCTOR_TEST_CELL".into(), marker)), orphans: false };
         let mut left = settle(&m, Duration::from_millis(50));
         let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
         assert!(pids.contains(&(a.id() as i32)) && pids.contains(&(b.id() as i32)), "{left:?}");

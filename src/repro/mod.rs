@@ -115,6 +115,8 @@ impl Finished {
 pub fn run(args: &Config, reporter: &mut dyn Reporter) -> anyhow::Result<Finished> {
     // Every usage error, found before anything runs, in one message.
     let mut problems = Vec::new();
+    // Orphans of the cells' processes come back to epdoctor, which ends them with the cell.
+    crate::sys::become_subreaper();
     let host = matrix::Host::from_process();
     let engine = crate::rules::engine(&args.rules).map_err(|e| problems.push(format!("{e:#}"))).ok();
     // Everything but --nccl is checked first, so that a bad flag costs no download; then NCCL

@@ -10,6 +10,14 @@ pub mod procs;
 /// Where NCCL and PyTorch put their shared-memory files.
 pub const SHM_DIR: &str = "/dev/shm";
 
+/// Make this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): an orphan below it
+/// (a rank's child that called setsid and whose parent exited) is reparented here instead of to
+/// init, so it can still be found and ended. False where the kernel refused (before Linux 3.4).
+pub fn become_subreaper() -> bool {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) == 0 }
+}
+
 /// This machine's name (of its UTS namespace), as /proc/sys/kernel/hostname gives it; None when
 /// it cannot be read.
 pub fn hostname() -> Option<String> {

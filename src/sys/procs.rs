@@ -219,6 +219,7 @@ pub struct Stat {
     pub comm: String,
     /// R, S, D, Z (zombie), X (dead), ...
     pub state: char,
+    pub ppid: i32,
     pub pgrp: i32,
 }
 
@@ -253,7 +254,7 @@ fn io_error(e: procfs::ProcError) -> std::io::Error {
 /// /proc/<pid>/stat of the process folder `dir`.
 pub fn stat(dir: &Path) -> Option<Stat> {
     let s = process(dir).ok()?.stat().ok()?;
-    Some(Stat { comm: s.comm, state: s.state, pgrp: s.pgrp })
+    Some(Stat { comm: s.comm, state: s.state, ppid: s.ppid, pgrp: s.pgrp })
 }
 
 /// One variable of the environment the process started with (None: unset, or not readable).
@@ -444,7 +445,7 @@ mod tests {
         assert_eq!(fds, [FdTarget::Other, FdTarget::Path("/dev/nvidia0".into()), FdTarget::Socket(99)]);
         assert!(cmdline(&root.path().join("4243")).is_empty());
         // The command name may hold spaces and parentheses.
-        assert_eq!(stat(d.path()), Some(Stat { comm: "python3 (rank 0)".into(), state: 'S', pgrp: 4240 }));
+        assert_eq!(stat(d.path()), Some(Stat { comm: "python3 (rank 0)".into(), state: 'S', ppid: 1, pgrp: 4240 }));
     }
 
     #[test]

@@ -151,7 +151,8 @@ pub trait Launcher {
 
     /// How the cell's processes on this host are recognised, given the process groups started.
     fn membership(&self, cell: &CellCtx, pgids: Vec<i32>) -> Membership {
-        Membership { pgids, env: Some((CELL_ENV.to_string(), cell.tag.clone())) }
+        // Cells run one at a time, so an orphan epdoctor adopted during this one is this cell's.
+        Membership { pgids, env: Some((CELL_ENV.to_string(), cell.tag.clone())), orphans: true }
     }
 
     /// At the deadline, before any SIGTERM: the stacks of the cell's processes still running

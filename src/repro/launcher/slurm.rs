@@ -73,7 +73,7 @@ impl Launcher for Slurm {
 
     /// Here only srun's own group: the tasks are found on their nodes by their tag.
     fn membership(&self, _cell: &CellCtx, pgids: Vec<i32>) -> Membership {
-        Membership { pgids, env: None }
+        Membership { pgids, env: None, orphans: false }
     }
 
     /// Every node's probe, then what srun left on this host.
@@ -204,6 +204,11 @@ impl Allocation {
                 }
                 Some(End::Other(text)) => o.signal_name = Some(text.clone()),
                 None => {}
+            }
+            // slurmstepd could not exec the program: the task never ran (as a local spawn failure).
+            let log = cell_dir.join(format!("rank{t}.log"));
+            if let Some(e) = exec_failure(&log).or_else(|| report.exec_errors.get(&t).cloned()) {
+                o.launch_error = Some(format!("{e} (task {t} on {node})"));
             }
             for (sig, ended) in &stops.sent {
                 if ended.contains(&t) {
@@ -396,7 +401,25 @@ struct Report {
     step: Option<String>,
     tasks: BTreeMap<usize, String>,
     ends: BTreeMap<usize, End>,
+    /// slurmstepd's `execve(): PROGRAM: REASON` with a task label (`srun --label`), if srun got it.
+    exec_errors: BTreeMap<usize, String>,
 }
+
+/// slurmstepd's `error: execve(): PROGRAM: REASON` in a task's own output (it writes there: the task's
+/// stderr), read from the file's head only.
+fn exec_failure(log: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(log).ok()?.take(8192).read_to_end(&mut head).ok()?;
+    String::from_utf8_lossy(&head).lines().find_map(|l| EXECVE.captures(l).map(|c| c[1].to_string()))
+}
+
+// slurmstepd's format (src/slurmd/slurmstepd/exec_wait.c / task.c, 22.05): `slurmstepd[-HOST]: error:
+// execve(): PROGRAM: strerror`.
+static EXECVE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|\s)(?:\d+: )?slurmstepd(?:-\S+)?: error: (execve\(\): .+: (?:No such file or directory|Permission denied|Exec format error))\s*$")
+        .unwrap()
+});
 
 // srun's formats (Slurm 22.05, unchanged in later releases): `launching StepId=J.S on host H, N tasks: LIST`
 // (--verbose) and `H: task(s) LIST: WHAT` after `error: ` or `_task_finish: `, WHAT being `Completed`
@@ -416,6 +439,11 @@ impl Report {
                 r.step = Some(c[1].to_string());
                 for t in task_list(&c[3]) {
                     r.tasks.insert(t, c[2].to_string());
+                }
+            } else if let Some(c) = EXECVE.captures(line) {
+                // Only with a task label (`0: slurmstepd...`): otherwise the task is not known here.
+                if let Some(t) = line.trim_start().split(':').next().and_then(|t| t.trim().parse().ok()) {
+                    r.exec_errors.insert(t, c[1].to_string());
                 }
             } else if let Some(c) = TASK_END.captures(line) {
                 let end = end_of(c[3].trim());
@@ -474,7 +502,7 @@ fn task_list(s: &str) -> Vec<usize> {
 /// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the
 /// NCCL sockets they hold, the NCCL /dev/shm files modified since `since`.
 pub fn probe_here(cell: &str, since: Option<f64>, kill: bool) -> NodeLeftovers {
-    let m = Membership { pgids: Vec::new(), env: Some((CELL_ENV.into(), cell.into())) };
+    let m = Membership { pgids: Vec::new(), env: Some((CELL_ENV.into(), cell.into())), orphans: false };
     // Longer than the local settle: the step's processes on this node get scancel's signal through
     // slurmstepd, a moment after srun has already returned.
     let mut procs: Vec<LeftoverProcess> = lo::settle(&m, Duration::from_secs(2));
@@ -526,6 +554,19 @@ srun: Force Terminated StepId=6.0
         assert_eq!(r.tasks[&2], "vn");
         assert_eq!(r.ends[&0], End::Exit(0));
         assert_eq!(r.ends[&2], End::Signal(11));
+    }
+
+    #[test]
+    fn a_program_slurmstepd_could_not_exec() {
+        // Real: `srun -n1 nosuchcmd` on the CI Slurm 22.05.8 (the line goes to the task's output).
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("rank0.log");
+        std::fs::write(&log, "slurmstepd-vm: error: execve(): nosuchcmd: No such file or directory\n").unwrap();
+        assert_eq!(exec_failure(&log).as_deref(), Some("execve(): nosuchcmd: No such file or directory"));
+        std::fs::write(&log, "training step 1: error: loss is nan\n").unwrap();
+        assert_eq!(exec_failure(&log), None);
+        let r = Report::parse("0: slurmstepd: error: execve(): ./x.sh: Permission denied\n");
+        assert_eq!(r.exec_errors[&0], "execve(): ./x.sh: Permission denied");
     }
 
     #[test]
