@@ -671,7 +671,7 @@ fn a_hung_command_gets_a_stack_per_rank_from_proc() {
     let h = s.harness(c);
     let cap = h.find("stacks: 2 process(es) captured").expect(&h);
     assert!(cap < h.find("deadline: still running").unwrap(), "stacks are taken before the SIGTERM: {h}");
-    assert!(h.contains("no native stack tool worked; install eu-stack (elfutils) or gdb"), "{h}");
+    assert!(h.contains("eu-stack not found on PATH (nor gdb)") && h.contains("apt-get install elfutils"), "{h}");
     let report = std::fs::read_to_string(s.run().join("report.md")).unwrap();
     assert!(report.contains(&format!("  - rank 0 (pid {}), via proc: `{waits}`", r0["pid"])), "{report}");
     assert!(alive_under(&s.run()).is_empty(), "{:?}", alive_under(&s.run()));
@@ -700,7 +700,8 @@ fn a_hung_python_rank_gets_its_python_stack_or_the_advice_to_install_py_spy() {
     assert_eq!(st["rank"], "0", "{c}");
     if has_py_spy {
         assert_eq!(st["tool"], "py-spy", "{st}");
-        assert_eq!(st["waits"], "standin-hang.py:9", "{st}");
+        // Folded to the caller's line, with its function's name (issue 26, point 3).
+        assert_eq!(st["waits"], "wait_for_gone_peer (standin-hang.py:9)", "{st}");
     } else {
         assert_eq!(st["tool"], "proc");
         assert!(s.harness(c).contains("install py-spy (`pip install py-spy`"), "{}", s.harness(c));
