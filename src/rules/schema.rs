@@ -289,6 +289,14 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
         if hir.properties().minimum_len() == Some(0) {
             bail!("{}", ctx(format!("pattern {} matches the empty line, so it would match every line", i + 1)));
         }
+        // The set is compiled lazily, so a pattern too big to compile must be caught here:
+        // counted repetitions multiply what the compiler builds (`(\w{500}){500}`).
+        if expansion(&hir) > PATTERN_EXPANSION_MAX {
+            bail!(
+                "{}",
+                ctx(format!("pattern {} is too big to compile (its counted repetitions multiply past a limit)", i + 1))
+            );
+        }
     }
     let nccl = def
         .nccl
@@ -500,5 +508,22 @@ fix = "f"
         load_rules(&[]).unwrap();
         load_markers().unwrap();
         load_fingerprints().unwrap();
+    }
+}
+
+/// About how many pieces a pattern compiles to, counted repetitions multiplied out (bounded
+/// ones by their maximum, open ones by their minimum plus one).
+const PATTERN_EXPANSION_MAX: u64 = 100_000;
+
+fn expansion(h: &regex_syntax::hir::Hir) -> u64 {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Repetition(r) => {
+            let n = u64::from(r.max.unwrap_or(r.min).max(1));
+            n.saturating_mul(expansion(&r.sub))
+        }
+        HirKind::Capture(c) => expansion(&c.sub),
+        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().map(expansion).fold(0u64, u64::saturating_add),
+        _ => 1,
     }
 }
