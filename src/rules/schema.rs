@@ -437,6 +437,23 @@ pub fn load_fingerprints() -> Result<Vec<Fingerprint>> {
     Ok(f.nccl)
 }
 
+/// About how many pieces a pattern compiles to, counted repetitions multiplied out (bounded
+/// ones by their maximum, open ones by their minimum plus one).
+const PATTERN_EXPANSION_MAX: u64 = 100_000;
+
+fn expansion(h: &regex_syntax::hir::Hir) -> u64 {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Repetition(r) => {
+            let n = u64::from(r.max.unwrap_or(r.min).max(1));
+            n.saturating_mul(expansion(&r.sub))
+        }
+        HirKind::Capture(c) => expansion(&c.sub),
+        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().map(expansion).fold(0u64, u64::saturating_add),
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,22 +525,5 @@ fix = "f"
         load_rules(&[]).unwrap();
         load_markers().unwrap();
         load_fingerprints().unwrap();
-    }
-}
-
-/// About how many pieces a pattern compiles to, counted repetitions multiplied out (bounded
-/// ones by their maximum, open ones by their minimum plus one).
-const PATTERN_EXPANSION_MAX: u64 = 100_000;
-
-fn expansion(h: &regex_syntax::hir::Hir) -> u64 {
-    use regex_syntax::hir::HirKind;
-    match h.kind() {
-        HirKind::Repetition(r) => {
-            let n = u64::from(r.max.unwrap_or(r.min).max(1));
-            n.saturating_mul(expansion(&r.sub))
-        }
-        HirKind::Capture(c) => expansion(&c.sub),
-        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().map(expansion).fold(0u64, u64::saturating_add),
-        _ => 1,
     }
 }
