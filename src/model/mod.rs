@@ -259,3 +259,18 @@ pub struct LintEdit {
     pub end_column: u64,
     pub text: String,
 }
+
+/// Sorted, distinct numbers as runs: `[0, 1, 2, 3, 5]` -> `["0-3", "5"]` (ranks in every writer).
+pub fn runs(sorted: &[u64]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", sorted[i], sorted[j]) } else { sorted[i].to_string() });
+        i = j + 1;
+    }
+    out
+}

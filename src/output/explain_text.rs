@@ -237,15 +237,6 @@ pub fn ranks(r: &[u32]) -> String {
         return "?".into();
     }
     // Compress runs: 0-3,5
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < r.len() {
-        let mut j = i;
-        while j + 1 < r.len() && r[j + 1] == r[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i { format!("{}-{}", r[i], r[j]) } else { r[i].to_string() });
-        i = j + 1;
-    }
-    out.join(",")
+    let nums: Vec<u64> = r.iter().map(|&x| u64::from(x)).collect();
+    crate::model::runs(&nums).join(",")
 }

@@ -190,16 +190,7 @@ pub fn rank_ranges(ranks: &[String]) -> String {
     let mut nums: Vec<u64> = ranks.iter().filter_map(|r| r.parse().ok()).collect();
     nums.sort_unstable();
     nums.dedup();
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < nums.len() {
-        let mut j = i;
-        while j + 1 < nums.len() && nums[j + 1] == nums[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j > i { format!("{}-{}", nums[i], nums[j]) } else { nums[i].to_string() });
-        i = j + 1;
-    }
+    let mut parts = crate::model::runs(&nums);
     parts.extend(ranks.iter().filter(|r| r.parse::<u64>().is_err()).cloned());
     parts.join(", ")
 }
