@@ -3,10 +3,13 @@
 //! `[default0]:`), mpirun `--tag-output` (`[1,3]<stderr>:`), Ray (`(RayWorkerWrapper pid=123,
 //! ip=10.0.0.1) `), docker compose (`trainer-1  | `), `kubectl logs --prefix` (`[pod/x/c] `), pdsh
 //! (`host: ` before another prefix), ISO-8601 and syslog timestamps, `[stderr]`-style tags; several
-//! may stack. A `^`-anchored rule pattern then sees where the message starts.
+//! vLLM's logger head (its level kept); several may stack. A `^`-anchored rule pattern then sees
+//! where the message starts.
 //!
 //! NCCL's own `[timestamp] host:pid:tid [dev]` head and c10's `[W1129 ...]` are not prefixes:
 //! they belong to the record and are parsed there.
+
+use super::record::Level;
 
 /// The prefixes found in front of a line, and the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -23,6 +26,14 @@ pub struct Prefixed<'a> {
     pub ts: Option<f64>,
     /// The line had leading whitespace after its prefixes (Python traceback frames).
     pub indented: bool,
+    /// The level a logger's head gave the message (vLLM's `WARNING 03-22 18:40:47 [f.py:137] `);
+    /// the caller drops it on a continuation line of the same record.
+    pub level: Option<Level>,
+    /// Bytes of the line up to the end of that head: the same head on the next line means the
+    /// same record continued (vLLM repeats it on every line of a multi-line message).
+    pub head_end: usize,
+    /// The file that head names (`custom_all_reduce.py`).
+    pub site: Option<&'a str>,
     /// The message, prefixes and the whitespace after them removed.
     pub rest: &'a str,
 }
@@ -41,6 +52,9 @@ pub fn strip_prefixes(line: &str) -> Prefixed<'_> {
     for _ in 0..8 {
         let s = if stripped { p.rest.strip_prefix(' ').unwrap_or(p.rest) } else { p.rest };
         let Some(next) = one(after_ws(s), &mut p) else { break };
+        if p.level.is_some() && p.head_end == 0 {
+            p.head_end = line.len() - next.len();
+        }
         p.rest = next;
         stripped = true;
     }
@@ -59,7 +73,8 @@ fn one<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
         b'[' => bracket(s, p),
         b'(' => ray(s, p),
         b'0'..=b'9' => iso_ts(s, p).or_else(|| srun_label(s, p)).or_else(|| container_id(s)),
-        b'A'..=b'Z' | b'a'..=b'z' => syslog(s, p)
+        b'A'..=b'Z' | b'a'..=b'z' => logger_head(s, p)
+            .or_else(|| syslog(s, p))
             .or_else(|| compose(s))
             .or_else(|| pdsh(s, p))
             .or_else(|| container_id(s))
@@ -378,6 +393,80 @@ fn compose(s: &str) -> Option<&str> {
         return None;
     }
     Some(&s[bar + 3..])
+}
+
+/// vLLM's logger head, `%(levelname)s %(asctime)s %(filename)s:%(lineno)d] ` with the date as
+/// `%m-%d %H:%M:%S` (vllm/logger.py; releases since 0.7 bracket the file: `[%(fileinfo)s:%(lineno)d]`).
+/// The level is the message's own, kept in `p.level`.
+fn logger_head<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let (word, rest) = s.split_once(' ')?;
+    let level = match word {
+        "DEBUG" => Level::Trace,
+        "INFO" => Level::Info,
+        "WARNING" => Level::Warn,
+        "ERROR" | "CRITICAL" => Level::Error,
+        _ => return None,
+    };
+    let b = rest.as_bytes();
+    let date_ok = b.len() > 15
+        && b[2] == b'-'
+        && b[5] == b' '
+        && b[8] == b':'
+        && b[11] == b':'
+        && b[14] == b' '
+        && [0, 1, 3, 4, 6, 7, 9, 10, 12, 13].iter().all(|&i| b[i].is_ascii_digit());
+    if !date_ok {
+        return None;
+    }
+    let site = &rest[15..];
+    let bracketed = site.starts_with('[');
+    let site = if bracketed { &site[1..] } else { site };
+    let close = head(site, 200).find(']')?;
+    let (file, line) = site[..close].rsplit_once(':')?;
+    if file.is_empty() || line.is_empty() || digits(line) != line.len() || file.contains(' ') {
+        return None;
+    }
+    let after = &site[close + 1..];
+    if !(after.is_empty() || after.starts_with(' ')) {
+        return None;
+    }
+    let mut mmdd = rest[..5].split('-').map(|x| x.parse::<u32>().unwrap_or(0));
+    let (m, d) = (mmdd.next().unwrap_or(0), mmdd.next().unwrap_or(0));
+    p.ts = super::record::month_day_secs(m, d, &rest[6..14]).or(p.ts);
+    p.level = Some(level);
+    p.site = Some(file);
+    Some(after)
+}
+
+/// Words in the file names of vLLM's and SGLang's distributed, executor and worker modules
+/// (vllm/distributed/**, vllm/executor/*, vllm/v1/executor/*, vllm/worker/*): a logger warning
+/// from any other module (model configs, tokenizers, the API server) is not this tool's subject.
+const DISTRIBUTED_SITES: [&str; 14] = [
+    "nccl",
+    "reduce",
+    "communicator",
+    "parallel",
+    "shm_broadcast",
+    "ray",
+    "multiproc",
+    "executor",
+    "worker",
+    "distributed",
+    "all2all",
+    "deepep",
+    "kv_transfer",
+    "cuda_wrapper",
+];
+
+impl Prefixed<'_> {
+    /// A logger head's `WARNING` from a module outside the distributed ones: counted apart.
+    pub fn unrelated_warning(&self) -> bool {
+        self.level == Some(Level::Warn)
+            && self.site.is_some_and(|f| {
+                let f = f.to_ascii_lowercase();
+                !DISTRIBUTED_SITES.iter().any(|w| f.contains(w))
+            })
+    }
 }
 
 /// pdsh / deepspeed's multi-node launcher: `host: ` in front of a line that itself starts with a

@@ -8,7 +8,7 @@
 //! interleaves the tracebacks of several ranks line by line.
 
 use super::prefix::Prefixed;
-use super::record::is_exception_line;
+use super::record::{is_exception_line, Level};
 
 /// Lines of one record past which it is closed anyway (a runaway block).
 const MAX_PARTS: usize = 64;
@@ -62,11 +62,20 @@ pub struct Origin {
     pub host: Option<String>,
     pub pid: Option<u32>,
     pub ts: Option<f64>,
+    /// The level the line's logger head gave it (`Prefixed::level`).
+    pub level: Option<Level>,
 }
 
 impl Origin {
     pub fn of(p: &Prefixed<'_>) -> Origin {
-        Origin { rank: p.rank, local_rank: p.local_rank, host: p.host.map(str::to_string), pid: p.pid, ts: p.ts }
+        Origin {
+            rank: p.rank,
+            local_rank: p.local_rank,
+            host: p.host.map(str::to_string),
+            pid: p.pid,
+            ts: p.ts,
+            level: p.level,
+        }
     }
 }
 

@@ -151,7 +151,12 @@ impl Engine {
             }
             // SAFETY: `is_clean` holds only for ASCII bytes, which are valid UTF-8.
             let line = unsafe { std::str::from_utf8_unchecked(raw) };
-            let rest = log::strip_prefixes(line).rest;
+            let p = log::strip_prefixes(line);
+            let rest = p.rest;
+            if super::scan::head_warns(&p) {
+                out.push((j as u32, Pre::Matched(self.matches(rest))));
+                continue;
+            }
             let m = match self.prefilter().reach(rest, &mut reach) {
                 log::Reach::Nothing => continue,
                 log::Reach::Some => self.matches_among(rest, &reach),

@@ -120,14 +120,14 @@ impl Engine {
             // stripped once, for the prefilter and the matcher.
             if !line.is_empty() {
                 let p = log::strip_prefixes(line);
-                let ask = big && !src.records.is_open();
+                let ask = big && !src.records.is_open() && !head_warns(&p);
                 self.asked_line(st, src, line, p, ask, reach);
             }
         } else {
             let line = log::clean_line(raw);
             if !line.is_empty() {
                 let p = log::strip_prefixes(&line);
-                let ask = big && line.is_ascii() && !src.records.is_open();
+                let ask = big && line.is_ascii() && !src.records.is_open() && !head_warns(&p);
                 self.asked_line(st, src, &line, p, ask, reach);
             }
         }
@@ -168,10 +168,19 @@ impl Engine {
         st: &mut State,
         src: &mut SourceState,
         raw: &str,
-        p: log::Prefixed<'_>,
+        mut p: log::Prefixed<'_>,
         want: Want<'_>,
     ) {
         self.split_version(st, src, p.rest);
+        if p.level.is_some() {
+            // The same head on the line before: a later line of one multi-line message, whose
+            // level is its text's (a traceback's frames under an `ERROR` head are not errors).
+            let head = &raw[..p.head_end.min(raw.len())];
+            if src.last_head.0 + 1 == src.lines && src.last_head.1 == head {
+                p.level = None;
+            }
+            src.last_head = (src.lines, head.to_string());
+        }
         let fed = src.records.feed(src.lines, raw, &p);
         for rec in src.records.take_done() {
             self.record(st, src, rec);
@@ -185,6 +194,7 @@ impl Engine {
                 host: p.host,
                 pid: p.pid,
                 ts: p.ts,
+                level: p.level,
                 flags: Flags::default(),
                 symptom: false,
                 detail: None,
@@ -244,6 +254,7 @@ impl Engine {
                 host: part.origin.host.as_deref(),
                 pid: part.origin.pid,
                 ts: part.origin.ts,
+                level: part.origin.level,
                 flags: part.flags.clone(),
                 symptom: part.flags.chained || (restated && !payload),
                 detail: part.detail.as_deref(),
@@ -274,7 +285,11 @@ impl Engine {
         matches: Vec<usize>,
     ) {
         let line = l.msg;
-        let level = if warn_text.is_some() { Level::Warn } else { log::level_of(line) };
+        let level = match (warn_text, l.level) {
+            (Some(_), _) => Level::Warn,
+            (None, Some(head)) => head,
+            (None, None) => log::level_of(line),
+        };
         // Fail safe: an unlevelled line that reads like a failure, or a record cut before its
         // exception, is listed if no rule explains it.
         let error_like = l.flags.incomplete
@@ -339,7 +354,7 @@ impl Engine {
                     st.groups.entry(vec![r]).or_default().add(Hit { known: Some(id), ..hit });
                     return;
                 }
-                if log::is_unrelated_warning(line) {
+                if log::is_unrelated_warning(line) || log::strip_prefixes(l.raw).unrelated_warning() {
                     st.add_unrelated(hit);
                 } else {
                     st.add_unexplained(hit);
@@ -526,6 +541,12 @@ pub(crate) enum Want<'a> {
     Known(Vec<usize>),
 }
 
+/// A logger head rates the line a warning or worse: the prefilter, which reads only the message's
+/// literals, must not skip it.
+pub(crate) fn head_warns(p: &log::Prefixed<'_>) -> bool {
+    p.level.is_some_and(|l| l >= Level::Attn)
+}
+
 /// A line (or a record's part) as the matcher takes it.
 pub(crate) struct LineRef<'a> {
     pub(crate) line: u64,
@@ -535,6 +556,8 @@ pub(crate) struct LineRef<'a> {
     pub(crate) host: Option<&'a str>,
     pub(crate) pid: Option<u32>,
     pub(crate) ts: Option<f64>,
+    /// The level a logger head gave the line, over the one its text implies.
+    pub(crate) level: Option<Level>,
     pub(crate) flags: Flags,
     pub(crate) symptom: bool,
     pub(crate) detail: Option<&'a str>,

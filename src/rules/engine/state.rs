@@ -148,6 +148,8 @@ pub(crate) struct SourceState {
     pub(crate) records: Assembler,
     /// The start of an `NCCL version` line cut at its end (see `version_tail`).
     pub(crate) version_tail: Option<String>,
+    /// The logger head of the last line that had one, and that line's number (see `Prefixed::level`).
+    pub(crate) last_head: (u64, String),
 }
 
 impl SourceState {
@@ -159,6 +161,7 @@ impl SourceState {
             lines: 0,
             records: Assembler::default(),
             version_tail: None,
+            last_head: (0, String::new()),
         }
     }
 }
