@@ -163,3 +163,32 @@ fn a_hang_log_names_the_rank_that_fell_behind() {
         .unwrap_or_else(|| panic!("no laggard named: {v}"));
     assert!(ctx.contains("rank 0 last enqueued work 2855") && ctx.contains("reached 2856"), "{ctx}");
 }
+
+#[test]
+fn known_info_chatter_leaves_a_log_clean() {
+    // nccl-tests#182: an INFO run whose only known lines are NCCL's `Destroy COMPLETE` chatter.
+    let (v, code) = explain(&["rules/fixtures/teardown/nccl-tests-182-destroy-complete.log"]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("clean", 0));
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.starts_with("no warning or error in") && reason.contains("known INFO chatter"), "{reason}");
+    assert_eq!(v["primary"]["rule"], "nccl-teardown-info", "the chatter is still named");
+}
+
+#[test]
+fn warnings_of_unrelated_modules_alone_are_benign_not_clean() {
+    // vLLM logger heads: a model module's WARNING is a warning-level line, just not this tool's subject.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("serve.log");
+    std::fs::write(
+        &p,
+        "INFO 03-01 10:00:00 [api_server.py:912] vLLM API server version 0.7.3\n\
+         WARNING 03-01 10:00:01 [config.py:2448] Casting torch.bfloat16 to torch.float16.\n\
+         INFO 03-01 10:00:09 [launcher.py:29] Available routes are:\n",
+    )
+    .unwrap();
+    let (v, code) = explain(&[p.to_str().unwrap()]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["unrelated"]["count"], 1);
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.contains("unrelated to distributed work"), "{reason}");
+}

@@ -161,6 +161,9 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             return Some(&after[1..]);
         }
     }
+    if let Some(rest) = ray_core_head(inner, after, p) {
+        return Some(rest);
+    }
     // A collector's line counter (`[80746] `) in front of another prefix.
     if !inner.is_empty() && digits(inner) == inner.len() && inner.len() <= 9 {
         let rest = after.strip_prefix(' ')?;
@@ -438,6 +441,43 @@ fn logger_head<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     Some(after)
 }
 
+/// Ray's C++ log head, `[%Y-%m-%d %H:%M:%S,%e %L %P %t] ` then `file.cc:N: ` (src/ray/util/logging.cc,
+/// its text pattern since Ray 1.0): `%L` is the level's letter, kept in `p.level` as vLLM's is.
+fn ray_core_head<'a>(inner: &str, after: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let mut f = inner.get(24..)?.split(' ');
+    let (letter, pid, tid) = (f.next()?, f.next()?, f.next()?);
+    let level = match letter {
+        "T" | "D" => Level::Trace,
+        "I" => Level::Info,
+        "W" => Level::Warn,
+        "E" | "C" => Level::Error,
+        _ => return None,
+    };
+    if f.next().is_some()
+        || inner.as_bytes()[23] != b' '
+        || [pid, tid].iter().any(|n| n.is_empty() || digits(n) != n.len())
+    {
+        return None;
+    }
+    let ts = super::record::date_time_secs(inner.get(..10)?, &inner.get(11..23)?.replace(',', "."))?;
+    let msg = after.strip_prefix(' ')?;
+    // The source site RAY_LOG writes first: `core_worker.cc:2673: `.
+    let (site, rest) = match msg.split_once(": ") {
+        Some((f, rest))
+            if f.rsplit_once(':')
+                .is_some_and(|(n, l)| !n.is_empty() && !n.contains(' ') && !l.is_empty() && digits(l) == l.len()) =>
+        {
+            (f.rsplit_once(':').map(|(n, _)| n), rest)
+        }
+        _ => (None, msg),
+    };
+    p.ts = Some(ts);
+    p.pid = pid.parse().ok().or(p.pid);
+    p.level = Some(level);
+    p.site = site;
+    Some(rest)
+}
+
 /// Words in the file names of vLLM's and SGLang's distributed, executor and worker modules
 /// (vllm/distributed/**, vllm/executor/*, vllm/v1/executor/*, vllm/worker/*): a logger warning
 /// from any other module (model configs, tokenizers, the API server) is not this tool's subject.
@@ -459,7 +499,8 @@ const DISTRIBUTED_SITES: [&str; 14] = [
 ];
 
 impl Prefixed<'_> {
-    /// A logger head's `WARNING` from a module outside the distributed ones: counted apart.
+    /// A logger head's `WARNING` from a module whose file name says nothing of distributed work (a
+    /// model config, a tokenizer, Ray's metrics exporter): counted apart.
     pub fn unrelated_warning(&self) -> bool {
         self.level == Some(Level::Warn)
             && self.site.is_some_and(|f| {
@@ -640,5 +681,30 @@ mod tests {
         assert!(p.indented);
         assert_eq!(p.rest, "File \"train.py\", line 88");
         assert!(!strip_prefixes("RuntimeError: x").indented);
+    }
+
+    #[test]
+    fn logger_heads_keep_their_level_and_file() {
+        // vLLM, bracketed (>= 0.7) and not; the same head on each line of a message.
+        let p = strip_prefixes("WARNING 03-22 18:40:47 [custom_all_reduce.py:137] Custom allreduce is disabled");
+        assert_eq!(
+            (p.level, p.site, p.rest),
+            (Some(Level::Warn), Some("custom_all_reduce.py"), "Custom allreduce is disabled")
+        );
+        assert!(!p.unrelated_warning());
+        let p = strip_prefixes("(VllmWorker rank=1 pid=7) WARNING 03-22 18:40:47 config.py:9] max_model_len is large");
+        assert_eq!((p.rank, p.level, p.rest), (Some(1), Some(Level::Warn), "max_model_len is large"));
+        assert!(p.unrelated_warning());
+        assert_eq!(strip_prefixes("WARNING 03-22 18:40:47 not a head").level, None);
+        // Ray's C++ head: the level letter, the pid, the `file.cc:N: ` site.
+        let p = strip_prefixes(
+            "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: Unhandled exception: St13runtime_error.",
+        );
+        assert_eq!((p.level, p.pid, p.site), (Some(Level::Error), Some(42067), Some("logging.cc")));
+        assert_eq!(p.rest, "Unhandled exception: St13runtime_error.");
+        let p = strip_prefixes("[2023-07-11 15:20:15,496 W 42067 42248] metric_exporter.cc:209: [1] Export failed");
+        assert!(p.unrelated_warning());
+        assert_eq!(strip_prefixes("[2023-07-11 15:20:15,496 W x 1] a.cc:1: m").level, None);
+        assert_eq!(strip_prefixes("[2023-07-11 15:20:15,4é6 W 1 1] a.cc:1: m").level, None);
     }
 }

@@ -97,7 +97,35 @@ pub const WARN_LITERALS: &[&str] = &[
 /// Whether `line` (rank prefix stripped) starts with a c10/glog warning or error severity, the
 /// one way to `Warn`/`Error` in `level_of` that no literal of `WARN_LITERALS` covers.
 pub fn positional_warn(line: &str) -> bool {
-    c10_level(line.as_bytes()).is_some_and(|l| l >= Level::Warn)
+    let b = line.as_bytes();
+    c10_level(b).is_some_and(|l| l >= Level::Warn) || old_nccl_level(b) == Some(Level::Warn)
+}
+
+/// NCCL 2.0-2.2 printed its head without the word `NCCL`: `host:pid:tid [dev] INFO msg` and
+/// `host:pid:tid [dev] file:line WARN msg` (their logs show it; those releases' source is not public).
+fn old_nccl_level(b: &[u8]) -> Option<Level> {
+    let open = find(&b[..b.len().min(160)], b" [")?;
+    let mut hpt = b[..open].rsplitn(3, |&c| c == b':');
+    let (tid, pid, host) = (hpt.next()?, hpt.next()?, hpt.next()?);
+    let number = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if host.is_empty() || host.contains(&b' ') || !number(tid) || !number(pid) {
+        return None;
+    }
+    let rest = &b[open + 2..];
+    let close = rest.iter().position(|&c| c == b']')?;
+    if !number(&rest[..close]) {
+        return None;
+    }
+    let mut msg = rest[close + 1..].strip_prefix(b" ")?;
+    if msg.starts_with(b"INFO ") {
+        return Some(Level::Info);
+    }
+    if let Some(sp) = msg.iter().position(|&c| c == b' ') {
+        if msg[..sp].contains(&b':') {
+            msg = &msg[sp + 1..];
+        }
+    }
+    msg.starts_with(b"WARN ").then_some(Level::Warn)
 }
 
 /// The level of a line, cheaply (no full parse). `line` has its rank prefix stripped.
@@ -119,7 +147,7 @@ pub fn level_of(line: &str) -> Level {
             return Level::Trace;
         }
     }
-    if let Some(l) = c10_level(b) {
+    if let Some(l) = c10_level(b).or_else(|| old_nccl_level(b)) {
         return l;
     }
     if b.starts_with(b"[epdoctor-harness] ") {
@@ -630,6 +658,21 @@ mod tests {
         {
             assert!(looks_like_error(l), "{l}");
         }
+    }
+
+    #[test]
+    fn nccl_2_2_heads_without_the_nccl_word() {
+        // horovod#83 (NCCL 2.0-era INFO) and nccl-tests#15 (NCCL 2.2.13's WARN).
+        assert_eq!(
+            level_of("ecb2de971add:35789:35964 [1] INFO nvmlDeviceGetNvLinkCapability() failed: Not Supported"),
+            Level::Info
+        );
+        let w =
+            "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out";
+        assert_eq!(level_of(w), Level::Warn);
+        assert!(positional_warn(w));
+        assert_eq!(level_of("host 1:2 [0] INFO x"), Level::None);
+        assert_eq!(level_of("a:b:3 [0] WARN x"), Level::None);
     }
 
     #[test]

@@ -499,6 +499,10 @@ struct KnownLine {
     msg: usize,
     pieces: Vec<String>,
     literal: usize,
+    /// The message starts with its first piece (no value before it): in a log line that piece
+    /// starts the text or follows a prefix's punctuation, never the middle of another sentence
+    /// (`Error message: {}` is not `... RPC Error message: Method not found`).
+    leads: bool,
 }
 
 /// The catalogued messages of torch.distributed and the launcher libraries, looked up by the words
@@ -604,6 +608,7 @@ impl Known {
         let mut lines = Vec::new();
         for (mi, m) in k.msgs.iter().enumerate() {
             for (l, min) in printed_lines(&m.text) {
+                let leads = !l.trim_start().starts_with("{}");
                 let pieces: Vec<String> =
                     l.split("{}").map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
                 let literal = pieces.iter().map(String::len).sum::<usize>();
@@ -621,11 +626,11 @@ impl Known {
                 for w in seen {
                     *freq.entry(w.to_string()).or_default() += 1;
                 }
-                lines.push((mi, pieces, literal));
+                lines.push((mi, pieces, literal, leads));
             }
         }
         let mut by_word: HashMap<String, Vec<usize>> = HashMap::new();
-        for (mi, pieces, literal) in lines {
+        for (mi, pieces, literal, leads) in lines {
             let anchor = pieces
                 .iter()
                 .flat_map(|p| words(p))
@@ -633,7 +638,7 @@ impl Known {
                 .map(str::to_string);
             let Some(anchor) = anchor else { continue };
             by_word.entry(anchor).or_default().push(k.lines.len());
-            k.lines.push(KnownLine { msg: mi, pieces, literal });
+            k.lines.push(KnownLine { msg: mi, pieces, literal, leads });
         }
         k.by_word = by_word;
         Ok(k)
@@ -659,7 +664,11 @@ impl Known {
         for w in words(line) {
             if let Some(ls) = self.by_word.get(w) {
                 for &l in ls {
-                    if !cands.contains(&l) && self.lines[l].pieces.iter().all(|p| line.contains(p.as_str())) {
+                    let kl = &self.lines[l];
+                    if !cands.contains(&l)
+                        && kl.pieces.iter().all(|p| line.contains(p.as_str()))
+                        && (!kl.leads || kl.pieces.first().is_some_and(|p| starts_a_message(line, p)))
+                    {
                         cands.push(l);
                     }
                 }
@@ -673,6 +682,15 @@ impl Known {
             .min_by_key(|l| (!names_file(l), std::cmp::Reverse(l.literal), self.msgs[l.msg].class, l.msg))
             .map(|l| l.msg as u32)
     }
+}
+
+/// `piece` occurs in `line` where a message can start: at its start, or after punctuation (a
+/// prefix's `] `, `: `, ` - `), not after a word.
+fn starts_a_message(line: &str, piece: &str) -> bool {
+    line.match_indices(piece).any(|(i, _)| {
+        let before = line[..i].trim_end();
+        before.is_empty() || !before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+    })
 }
 
 /// A release set as `a-b` runs, comma-separated.
@@ -823,6 +841,7 @@ deepspeed = ["0.9.5", "0.19.8"]
 "torch deprecation elastic" = ["2.0.1,2.15.0 torch/distributed/launch.py The module torch.distributed.launch is deprecated\nand will be removed in future. Use torchrun.\nNote that --use-env is set by default in torchrun."]
 "deepspeed config-notice launch" = ["0.9.5..0.19.8 deepspeed/launcher/runner.py Unable to find hostfile, will proceed with training with local resources only."]
 "torch error c10d" = ["2.15.0 torch/distributed/distributed_c10d.py Bad rank {} of {}"]
+"deepspeed error zero" = ["0.9.5..0.19.8 deepspeed/runtime/zero/mics.py Error message: {}"]
 "#;
 
     #[test]
@@ -853,6 +872,9 @@ deepspeed = ["0.9.5", "0.19.8"]
         assert_eq!(k.lookup("RuntimeError: Bad rank 3 of 2"), None);
         assert_eq!(k.lookup("Unable to find hostfile, will proceed with training"), None);
         assert_eq!(k.lookup("an unrelated line with performance in it"), None);
+        // A message that starts with its text starts a line's message, not the middle of one.
+        assert!(k.lookup("[Rank 0] Error message: the gather failed").is_some());
+        assert_eq!(k.lookup("Export metrics to agent failed: RPC Error message: Method not found!"), None);
     }
 
     #[test]

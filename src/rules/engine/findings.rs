@@ -39,6 +39,7 @@ impl Engine {
                     a.count += g.count;
                     a.causes += g.causes;
                     a.ignored += g.ignored;
+                    a.loud += g.loud;
                     a.who.extend(g.who);
                     a.hits.extend(g.sample);
                     a.hits.extend(g.earliest_ts);
@@ -153,6 +154,7 @@ impl Engine {
                 precursor: !d.precursor_of.is_empty(),
                 lead: false,
                 undecided: false,
+                chatter: a.loud == 0,
             });
         }
         // Display order: where each finding first appears.
@@ -267,6 +269,8 @@ pub(crate) struct Cand {
     pub(crate) lead: bool,
     /// Harmless only if the run finished, and the log does not say whether it did: `unknown`.
     pub(crate) undecided: bool,
+    /// Every line of it is INFO or TRACE chatter (`Hit::chatter`).
+    pub(crate) chatter: bool,
 }
 
 impl Cand {
@@ -280,6 +284,7 @@ pub(crate) struct Acc {
     pub(crate) count: u64,
     pub(crate) causes: u64,
     pub(crate) ignored: u64,
+    pub(crate) loud: u64,
     pub(crate) hits: Vec<Hit>,
     pub(crate) who: BTreeSet<Who>,
 }

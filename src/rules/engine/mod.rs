@@ -357,7 +357,7 @@ impl Engine {
         let verdict = if culprit.is_some() {
             crate::model::Verdict::Actionable
         } else {
-            verdict::verdict(&findings, total_unexplained, !unread.is_empty())
+            verdict::verdict(&findings, total_unexplained, unrelated.count, !unread.is_empty())
         };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
         let undecided: Vec<String> = findings.iter().filter(|c| c.undecided).map(|c| c.finding.rule.clone()).collect();

@@ -337,6 +337,7 @@ impl Engine {
             ts: rec.ts.or(l.ts),
             text: clip(l.raw),
             warn: level >= Level::Attn || error_like,
+            chatter: matches!(level, Level::Info | Level::Trace),
             symptom: l.symptom,
             ignored: l.flags.ignored,
             launcher: rec.kind == log::Kind::Launcher,

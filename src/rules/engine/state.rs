@@ -23,6 +23,8 @@ pub(crate) struct Hit {
     pub(crate) text: String,
     /// `level_of` rated the line a warning or an error (or it reads like a failure).
     pub(crate) warn: bool,
+    /// The line's level is INFO or TRACE by its own word or head (not merely unlevelled).
+    pub(crate) chatter: bool,
     /// The record makes this line a consequence: a chained exception, an error line whose
     /// `Last error:` payload names the failing call.
     pub(crate) symptom: bool,
@@ -49,6 +51,9 @@ pub(crate) struct Group {
     pub(crate) ignored: u64,
     /// Hits that are warnings or errors (those count as unexplained when every rule is gated out).
     pub(crate) warns: u64,
+    /// Hits that are not INFO/TRACE chatter (`Hit::chatter`): with none, a harmless finding leaves
+    /// the log `clean`.
+    pub(crate) loud: u64,
     /// The first warnings past `sample`, so that they can be listed as unexplained too.
     pub(crate) warn_sample: Vec<Hit>,
     pub(crate) sample: Vec<Hit>,
@@ -68,6 +73,7 @@ impl Group {
         self.causes += u64::from(!h.symptom && !h.ignored);
         self.ignored += u64::from(h.ignored);
         self.warns += u64::from(h.warn);
+        self.loud += u64::from(!h.chatter);
         if self.who.len() < WHO_CAP {
             let w = (h.rank, h.host.clone(), h.pid, h.source, h.launcher);
             if !self.who.contains(&w) {
@@ -103,6 +109,7 @@ impl Group {
         self.causes += o.causes;
         self.ignored += o.ignored;
         self.warns += o.warns;
+        self.loud += o.loud;
         for w in o.who_seq {
             if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
                 self.who_seq.push(w);

@@ -31,15 +31,16 @@ impl Engine {
 }
 
 /// Actionable beats unknown (an unexplained warning, teardown noise on a run not seen to end, or
-/// input not read whole), unknown beats
-/// benign; clean is earned: readable input with no warning at all.
-pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64, unread: bool) -> Verdict {
+/// input not read whole), unknown beats benign; clean is earned: readable input with no
+/// warning-level line (known INFO chatter, such as `Destroy COMPLETE`, is no warning; a warning
+/// of an unrelated package is one, so such a log is benign).
+pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64, unrelated: u64, unread: bool) -> Verdict {
     let any_actionable = findings.iter().any(|c| c.actionable());
     if any_actionable {
         Verdict::Actionable
     } else if total_unexplained > 0 || unread || findings.iter().any(|c| c.undecided) {
         Verdict::Unknown
-    } else if !findings.is_empty() {
+    } else if unrelated > 0 || findings.iter().any(|c| !c.chatter) {
         Verdict::Benign
     } else {
         Verdict::Clean
@@ -60,7 +61,23 @@ pub(crate) fn reason(a: &Analysis, undecided: &[String]) -> String {
     match a.verdict {
         Verdict::Clean => {
             let read: u64 = a.inputs.iter().map(|i| i.lines).sum();
-            format!("no warning or error in {} of {}", plural(read, "line"), plural(a.inputs.len() as u64, "input"))
+            let known = match &a.primary {
+                Some(p) if lines > 0 => format!("; {} of known INFO chatter: {}", plural(lines, "line"), p.title),
+                _ => String::new(),
+            };
+            format!(
+                "no warning or error in {} of {}{known}",
+                plural(read, "line"),
+                plural(a.inputs.len() as u64, "input")
+            )
+        }
+        Verdict::Benign if a.findings.is_empty() => {
+            let n = a.unrelated.count;
+            format!(
+                "{run}; the {} {} from modules unrelated to distributed work (listed), not failures",
+                plural(n, "warning"),
+                if n == 1 { "is" } else { "are" }
+            )
         }
         Verdict::Benign => {
             let what = a.primary.as_ref().map(|p| p.title.as_str()).unwrap_or("known noise");
