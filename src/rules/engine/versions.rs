@@ -46,7 +46,7 @@ impl Engine {
             _ => None,
         });
         if open {
-            let pin = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t));
+            let pin = torch_one.as_deref().and_then(|t| self.sites().torch_pin_note(t));
             let pinned = pin.as_ref().and_then(|p| Version::parse(&p.value));
             match (inferred, pin, pinned) {
                 // The pin, where the log's sites allow it (or say nothing): one release, not a span.
@@ -100,8 +100,8 @@ impl Engine {
         };
         for (key, id) in &st.sites {
             let Some(what) = key.strip_prefix(LEVEL_SITE) else { continue };
-            if self.sites_db.entry_has(*id, v) == Some(false) {
-                let levels = self.sites_db.levels_text(*id).unwrap_or_default();
+            if self.sites().entry_has(*id, v) == Some(false) {
+                let levels = self.sites().levels_text(*id).unwrap_or_default();
                 st.notes.push(format!(
                     "the log shows {what}, a level NCCL {} does not print it at (catalogue: {levels}): that \
                      line came from another NCCL library than the version line's (a system libnccl beside \
@@ -150,7 +150,9 @@ impl Engine {
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
     pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
-        let set = self.sites_db.infer_set(nccl.clone().map(|(_, id)| *id));
+        // No site, no release (and no catalogue to load).
+        nccl.clone().next()?;
+        let set = self.sites().infer_set(nccl.clone().map(|(_, id)| *id));
         if set.is_empty() {
             return None;
         }
@@ -162,7 +164,8 @@ impl Engine {
     /// The torch releases whose C++ sites explain every torch site seen, if any.
     pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
-        let set = self.sites_db.infer_torch_set(torch.clone().map(|(_, id)| id));
+        torch.clone().next()?;
+        let set = self.sites().infer_torch_set(torch.clone().map(|(_, id)| id));
         if set.is_empty() {
             return None;
         }
