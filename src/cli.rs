@@ -583,6 +583,62 @@ fn byte_size(s: &str) -> Result<u64, String> {
 
 /// The value of a boolean flag's environment twin: 1/0, true/false, yes/no, on/off (any case); an
 /// empty value is false, as for NO_COLOR.
+/// The variable every shared `--format` reads.
+const FORMAT_VAR: &str = "EPDOCTOR_FORMAT";
+
+/// Parse `args` (program name first). An `EPDOCTOR_FORMAT` set for one command (`github` for
+/// explain in CI) must not break the others: where the command lacks that format and `--format`
+/// is not given, it writes text, and the returned note says so for stderr.
+pub fn parse<I, T>(args: I) -> Result<(Cli, Option<String>), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let first = Cli::command().try_get_matches_from(&args).and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
+    let err = match first {
+        Ok(cli) => return Ok((cli, None)),
+        Err(e) => e,
+    };
+    let ctx = |k| match err.get(k) {
+        Some(ContextValue::String(s)) => s.clone(),
+        Some(ContextValue::Strings(v)) => v.join(", "),
+        _ => String::new(),
+    };
+    let value = std::env::var(FORMAT_VAR).unwrap_or_default();
+    // A value no command has is a typo, and stays an error.
+    let known = ExplainFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+    let known = known.chain(LintFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value));
+    if err.kind() != ErrorKind::InvalidValue
+        || !known.into_iter().any(|p| p.matches(&value, false))
+        || !ctx(ContextKind::InvalidArg).starts_with("--format")
+        || ctx(ContextKind::InvalidValue) != value
+    {
+        return Err(err);
+    }
+    // Again without the variable: if that parses, the variable's value was the only bad one.
+    fn unset(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| if a.get_env() == Some(std::ffi::OsStr::new(FORMAT_VAR)) { a.env(None) } else { a })
+            .mut_subcommands(unset)
+    }
+    let Ok(mut m) = unset(Cli::command()).try_get_matches_from(&args) else { return Err(err) };
+    let mut path = Vec::new();
+    let mut sub = m.subcommand();
+    while let Some((name, next)) = sub {
+        path.push(name.to_string());
+        sub = next.subcommand();
+    }
+    let Ok(cli) = Cli::from_arg_matches_mut(&mut m) else { return Err(err) };
+    let note = format!(
+        "epdoctor: {FORMAT_VAR}={value} is not a format of `epdoctor {}` ({}): writing text",
+        path.join(" "),
+        ctx(ContextKind::ValidValue)
+    );
+    Ok((cli, Some(note)))
+}
+
 fn env_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" | "y" => Ok(true),

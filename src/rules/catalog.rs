@@ -328,6 +328,39 @@ impl Sites {
 }
 
 impl Sites {
+    /// NCCL releases as a note shows them: runs of consecutive known releases (`2.26.2-2.29.3,
+    /// 2.30.7`), so a gap in the set is not hidden inside one span.
+    pub fn releases_text(&self, set: &[Version]) -> String {
+        runs_text(set, &self.releases)
+    }
+
+    /// torch releases as a note shows them (as `releases_text`).
+    pub fn torch_releases_text(&self, set: &[Version]) -> String {
+        runs_text(set, &self.torch.releases)
+    }
+
+    /// Whether the catalogue read release `v` (not only the hand-written fingerprints).
+    pub fn is_catalogued(&self, v: Version) -> bool {
+        self.releases.binary_search(&v).is_ok_and(|i| self.catalogued.contains(&i))
+    }
+
+    /// The releases that print NCCL entry `id` where it was seen, as a note shows them.
+    pub fn entry_releases_text(&self, id: u32) -> String {
+        let set = self.entries.get(id as usize).map(|e| &e.releases);
+        set.map(|s| span_text(s, &self.releases)).unwrap_or_default()
+    }
+}
+
+/// `set` (sorted) as runs of consecutive releases of `all`; a version `all` lacks stands alone.
+fn runs_text(set: &[Version], all: &[Version]) -> String {
+    let idx: Option<BTreeSet<usize>> = set.iter().map(|v| all.binary_search(v).ok()).collect();
+    match idx {
+        Some(idx) => span_text(&idx, all),
+        None => set.iter().map(Version::to_string).collect::<Vec<_>>().join(", "),
+    }
+}
+
+impl Sites {
     /// The versions note for an NCCL inferred from the torch version a log states.
     pub fn torch_pin_note(&self, torch: &str) -> Option<VersionNote> {
         let t = Version::parse(torch)?;
