@@ -292,6 +292,15 @@ pub struct LauncherArgs {
     #[arg(long, value_name = "T")]
     pub time: Option<String>,
 
+    /// slurm: seconds to wait for the allocation epdoctor asks for (outside an allocation) while
+    /// it is pending; then the request is cancelled and repro exits 5.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub alloc_timeout: f64,
+
+    /// slurm: take the allocation only if it can be granted at once (salloc --immediate).
+    #[arg(long)]
+    pub immediate: bool,
+
     /// slurm: one more argument for every srun (repeatable), e.g. --srun-arg=--gpus-per-task=1.
     #[arg(long = "srun-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub srun_args: Vec<String>,
@@ -335,8 +344,14 @@ pub struct EnvArgs {
     #[arg(long, requires = "cell")]
     pub leftovers: bool,
 
-    /// With --leftovers: the cell's tag (the EPDOCTOR_CELL_DIR value its processes carry).
-    #[arg(long, value_name = "TAG", requires = "leftovers")]
+    /// Only the stacks of a repro cell's processes on this node, each labelled by its SLURM_PROCID
+    /// (the Slurm launcher's probe at a hang's deadline; raw stacks go under the cell's stacks/).
+    #[arg(long, requires = "cell", conflicts_with = "leftovers")]
+    pub stacks: bool,
+
+    /// With --leftovers or --stacks: the cell's tag (the EPDOCTOR_CELL_DIR value its processes
+    /// carry, the cell folder).
+    #[arg(long, value_name = "TAG")]
     pub cell: Option<String>,
 
     /// With --leftovers: count /dev/shm/nccl-* files modified since this unix time.
@@ -700,6 +715,8 @@ impl LauncherArgs {
             ntasks_per_node: self.ntasks_per_node,
             partition: self.partition.clone(),
             time: self.time.clone(),
+            alloc_timeout_s: self.alloc_timeout,
+            immediate: self.immediate,
             srun_args: self.srun_args.clone(),
             rdzv_endpoint: self.rdzv_endpoint.clone(),
         }
