@@ -1,7 +1,18 @@
 // Embeds the git revision for `--version` (a warning, not a failure, without git) and the list of
-// built-in rule files and fixtures, so that `rules test` works from the installed binary.
+// built-in rule files and fixtures, so that `rules test` works from the installed binary. And does
+// at build time what every run would otherwise do first: checks the built-in patterns and takes
+// their literals (the same code as at run time, included below), which was most of a small log's
+// start-up.
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+#[allow(dead_code)]
+#[path = "src/log/literals.rs"]
+mod literals;
+#[allow(dead_code)]
+#[path = "src/rules/pattern.rs"]
+mod pattern;
 
 fn main() {
     let rev = std::process::Command::new("git")
@@ -44,6 +55,91 @@ fn main() {
     std::fs::write(dest, out).unwrap();
     println!("cargo:rerun-if-changed=rules");
     println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src/log/literals.rs");
+    println!("cargo:rerun-if-changed=src/rules/pattern.rs");
+    patterns(&root, &files);
+    level_heads(&root);
+}
+
+/// `level_heads.rs`: the heads of the catalogue's messages whose level differs by release, so
+/// that an INFO line whose head is none of them needs no catalogue (7 MB of TOML, parsed lazily).
+/// The head is what `catalog::head` takes: the first 10 characters.
+fn level_heads(root: &Path) {
+    let text = std::fs::read_to_string(root.join("rules/catalog/fingerprints.toml")).unwrap_or_default();
+    let t: toml::Table = text.parse().unwrap_or_default();
+    let mut heads: Vec<String> = t
+        .get("nccl_levels")
+        .and_then(|v| v.as_table())
+        .map(|l| l.keys().map(|k| k.chars().take(10).collect()).collect())
+        .unwrap_or_default();
+    heads.sort();
+    heads.dedup();
+    let mut out = String::from("pub static LEVEL_HEADS: &[&str] = &[\n");
+    for h in &heads {
+        let _ = writeln!(out, "    {h:?},");
+    }
+    out.push_str("];\n");
+    std::fs::write(PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("level_heads.rs"), out).unwrap();
+}
+
+/// `checked.rs`: the built-in patterns `pattern::check` accepts; `factors.rs`: the literals of
+/// every built-in pattern as the engine runs it (`ascii_word_boundaries` applied). A file that does
+/// not parse is skipped: loading it at run time reports the error.
+fn patterns(root: &Path, files: &[PathBuf]) {
+    let mut all: Vec<String> = Vec::new();
+    for f in files.iter().filter(|f| f.extension().is_some_and(|x| x == "toml")) {
+        let rel = f.strip_prefix(root).unwrap();
+        if rel.components().count() != 2 {
+            continue; // rules/*.toml only: the catalogue and lint tables hold no patterns
+        }
+        let Ok(t) = std::fs::read_to_string(f).unwrap().parse::<toml::Table>() else { continue };
+        for (table, keys) in [("rule", &["patterns", "resolved_by"][..]), ("marker", &["pattern"][..])] {
+            let Some(items) = t.get(table).and_then(|v| v.as_array()) else { continue };
+            for item in items {
+                for k in keys {
+                    match item.get(*k) {
+                        Some(toml::Value::String(p)) => all.push(p.clone()),
+                        Some(toml::Value::Array(ps)) => {
+                            all.extend(ps.iter().filter_map(|p| p.as_str().map(String::from)))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    all.sort();
+    all.dedup();
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let mut checked = String::from("pub static CHECKED: &[&str] = &[\n");
+    for p in all.iter().filter(|p| pattern::check(p).is_ok()) {
+        let _ = writeln!(checked, "    {p:?},");
+    }
+    checked.push_str("];\n");
+    std::fs::write(out.join("checked.rs"), checked).unwrap();
+    let run: BTreeMap<String, Vec<literals::Factor>> = all
+        .iter()
+        .map(|p| pattern::ascii_word_boundaries(p))
+        .map(|p| {
+            let fs = literals::required_factors(&p).unwrap_or_default();
+            (p, fs)
+        })
+        .collect();
+    let mut factors =
+        String::from("#[allow(clippy::type_complexity)]\npub static FACTORS: &[(&str, &[&[(&[u8], bool)]])] = &[\n");
+    for (p, fs) in &run {
+        let _ = write!(factors, "    ({p:?}, &[");
+        for f in fs {
+            factors.push_str("&[");
+            for (l, ci) in f {
+                let _ = write!(factors, "(&{l:?}, {ci}), ");
+            }
+            factors.push_str("], ");
+        }
+        factors.push_str("]),\n");
+    }
+    factors.push_str("];\n");
+    std::fs::write(out.join("factors.rs"), factors).unwrap();
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -292,6 +292,15 @@ pub struct LauncherArgs {
     #[arg(long, value_name = "T")]
     pub time: Option<String>,
 
+    /// slurm: seconds to wait for the allocation epdoctor asks for (outside an allocation) while
+    /// it is pending; then the request is cancelled and repro exits 5.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub alloc_timeout: f64,
+
+    /// slurm: take the allocation only if it can be granted at once (salloc --immediate).
+    #[arg(long)]
+    pub immediate: bool,
+
     /// slurm: one more argument for every srun (repeatable), e.g. --srun-arg=--gpus-per-task=1.
     #[arg(long = "srun-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub srun_args: Vec<String>,
@@ -335,8 +344,14 @@ pub struct EnvArgs {
     #[arg(long, requires = "cell")]
     pub leftovers: bool,
 
-    /// With --leftovers: the cell's tag (the EPDOCTOR_CELL_DIR value its processes carry).
-    #[arg(long, value_name = "TAG", requires = "leftovers")]
+    /// Only the stacks of a repro cell's processes on this node, each labelled by its SLURM_PROCID
+    /// (the Slurm launcher's probe at a hang's deadline; raw stacks go under the cell's stacks/).
+    #[arg(long, requires = "cell", conflicts_with = "leftovers")]
+    pub stacks: bool,
+
+    /// With --leftovers or --stacks: the cell's tag (the EPDOCTOR_CELL_DIR value its processes
+    /// carry, the cell folder).
+    #[arg(long, value_name = "TAG")]
     pub cell: Option<String>,
 
     /// With --leftovers: count /dev/shm/nccl-* files modified since this unix time.
@@ -583,6 +598,62 @@ fn byte_size(s: &str) -> Result<u64, String> {
 
 /// The value of a boolean flag's environment twin: 1/0, true/false, yes/no, on/off (any case); an
 /// empty value is false, as for NO_COLOR.
+/// The variable every shared `--format` reads.
+const FORMAT_VAR: &str = "EPDOCTOR_FORMAT";
+
+/// Parse `args` (program name first). An `EPDOCTOR_FORMAT` set for one command (`github` for
+/// explain in CI) must not break the others: where the command lacks that format and `--format`
+/// is not given, it writes text, and the returned note says so for stderr.
+pub fn parse<I, T>(args: I) -> Result<(Cli, Option<String>), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let first = Cli::command().try_get_matches_from(&args).and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
+    let err = match first {
+        Ok(cli) => return Ok((cli, None)),
+        Err(e) => e,
+    };
+    let ctx = |k| match err.get(k) {
+        Some(ContextValue::String(s)) => s.clone(),
+        Some(ContextValue::Strings(v)) => v.join(", "),
+        _ => String::new(),
+    };
+    let value = std::env::var(FORMAT_VAR).unwrap_or_default();
+    // A value no command has is a typo, and stays an error.
+    let known = ExplainFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+    let known = known.chain(LintFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value));
+    if err.kind() != ErrorKind::InvalidValue
+        || !known.into_iter().any(|p| p.matches(&value, false))
+        || !ctx(ContextKind::InvalidArg).starts_with("--format")
+        || ctx(ContextKind::InvalidValue) != value
+    {
+        return Err(err);
+    }
+    // Again without the variable: if that parses, the variable's value was the only bad one.
+    fn unset(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| if a.get_env() == Some(std::ffi::OsStr::new(FORMAT_VAR)) { a.env(None) } else { a })
+            .mut_subcommands(unset)
+    }
+    let Ok(mut m) = unset(Cli::command()).try_get_matches_from(&args) else { return Err(err) };
+    let mut path = Vec::new();
+    let mut sub = m.subcommand();
+    while let Some((name, next)) = sub {
+        path.push(name.to_string());
+        sub = next.subcommand();
+    }
+    let Ok(cli) = Cli::from_arg_matches_mut(&mut m) else { return Err(err) };
+    let note = format!(
+        "epdoctor: {FORMAT_VAR}={value} is not a format of `epdoctor {}` ({}): writing text",
+        path.join(" "),
+        ctx(ContextKind::ValidValue)
+    );
+    Ok((cli, Some(note)))
+}
+
 fn env_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" | "y" => Ok(true),
@@ -644,6 +715,8 @@ impl LauncherArgs {
             ntasks_per_node: self.ntasks_per_node,
             partition: self.partition.clone(),
             time: self.time.clone(),
+            alloc_timeout_s: self.alloc_timeout,
+            immediate: self.immediate,
             srun_args: self.srun_args.clone(),
             rdzv_endpoint: self.rdzv_endpoint.clone(),
         }

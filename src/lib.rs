@@ -23,10 +23,6 @@ pub mod worker;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use cli::Cli;
-
 /// Built-in files (rules, fixtures, kernels) as (path relative to the repository, content).
 pub static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
@@ -39,8 +35,13 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    match Cli::try_parse_from(args) {
-        Ok(cli) => ExitCode::from(commands::run(cli)),
+    match cli::parse(args) {
+        Ok((cli, note)) => {
+            if let Some(n) = note {
+                eprintln!("{n}");
+            }
+            ExitCode::from(commands::run(cli))
+        }
         Err(e) => {
             let _ = e.print();
             ExitCode::from(if e.use_stderr() { exit::ERROR } else { exit::OK })

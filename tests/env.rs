@@ -315,6 +315,32 @@ fn env_python_timeout_is_bounded() {
     assert_eq!(check(&v, "torch")[0]["title"], "python3 probe: timed out");
 }
 
+/// `EPDOCTOR_FORMAT=github` (set for explain in CI): env has no such format, so it writes text and
+/// says so on stderr instead of refusing to run (issue 28).
+#[test]
+fn env_falls_back_to_text_under_a_format_variable_it_lacks() {
+    let d = tempfile::tempdir().unwrap();
+    write_exe(&d.path().join("python3"), "#!/bin/sh\nexit 1\n");
+    let out = epdoctor(d.path(), d.path())
+        .env("EPDOCTOR_FORMAT", "github")
+        .args(["env", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("EPDOCTOR_FORMAT=github is not a format of `epdoctor env`"), "{stderr}");
+    assert!(serde_json::from_str::<serde_json::Value>(&stdout).is_err() && !stdout.contains("::"), "text: {stdout}");
+    assert!(stdout.contains("libnccl") || stdout.contains("python"), "the text report: {stdout}");
+    // A format env has is used, silently.
+    let out = epdoctor(d.path(), d.path())
+        .env("EPDOCTOR_FORMAT", "json")
+        .args(["env", "--python-timeout", "5"])
+        .output()
+        .unwrap();
+    let _ = json(&out);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn env_bad_timeout_is_a_usage_error() {
     let d = tempfile::tempdir().unwrap();

@@ -644,3 +644,109 @@ fn clean_is_earned_and_says_what_was_read() {
     assert_eq!(v["verdict"], "unknown");
     assert!(!v["unread"].as_array().unwrap().is_empty(), "{v}");
 }
+
+/// `EPDOCTOR_FORMAT=github` set for explain in a CI job must not break the commands without that
+/// format: they write text and say why on stderr; explain still reads it; a bad `--format` given
+/// on the command line is still an error (issue 28).
+#[test]
+fn a_format_variable_a_command_lacks_falls_back_to_text_with_a_note() {
+    let out = epdoctor().env("EPDOCTOR_FORMAT", "github").args(["rules", "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("nccl-abort-pair"), "the text table: {stdout}");
+    assert!(
+        stderr.contains("EPDOCTOR_FORMAT=github") && stderr.contains("epdoctor rules list") && stderr.contains("json"),
+        "the note names the variable, the command and its formats: {stderr}"
+    );
+    // An explicit --format wins over the variable, and says nothing.
+    let out = epdoctor().env("EPDOCTOR_FORMAT", "junit").args(["rules", "list", "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok());
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The command that has the format uses it.
+    let out = epdoctor()
+        .env("EPDOCTOR_FORMAT", "github")
+        .args(["explain", "examples/h200-nccl-2.22.3-abort-teardown.log"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("::notice"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("EPDOCTOR_FORMAT"));
+    // A value no command has, and a bad flag, stay errors.
+    for (var, args) in [("nosuch", vec!["rules", "list"]), ("github", vec!["rules", "list", "--format", "github"])] {
+        let out = epdoctor().env("EPDOCTOR_FORMAT", var).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var} {args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"), "{var} {args:?}");
+    }
+}
+
+/// The versions line of `explain` (text, md, json) and `report` on one log.
+fn versions_everywhere(log: &str) -> (String, String, serde_json::Value, String) {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(log.as_bytes()).unwrap();
+    let run = |args: &[&str]| {
+        let out = epdoctor().args(args).arg(f.path()).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["explain", "-v"]);
+    let text = text.lines().find_map(|l| l.strip_prefix("versions: ")).unwrap_or_else(|| panic!("{text}")).to_string();
+    let md = run(&["explain", "--format", "md"]);
+    let md = md.lines().find(|l| l.starts_with("epdoctor ")).unwrap_or_else(|| panic!("{md}")).to_string();
+    let json: serde_json::Value = serde_json::from_str(&run(&["explain", "--format", "json"])).unwrap();
+    let report = run(&["report", "--python-timeout", "5"]);
+    (text, md, json, report)
+}
+
+/// One wording of a version in text, md, json and report (issue 28, point 7): each version once,
+/// with how it was found; a set of releases with a gap says the gap; a level word alone gives no
+/// release below the catalogue; lines no one release prints say so; one release written two ways
+/// is one version.
+#[test]
+fn a_version_is_said_one_way_everywhere() {
+    // torch 2.4.1's watchdog line (tests/accuracy/dev/002, LLaMA-Factory#7396): torch inferred, NCCL its wheel's pin.
+    let (text, md, json, report) = versions_everywhere("[80748] [rank0]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.\n");
+    let torch = "torch 2.4.1 (inferred from the file:line of torch's C++ log lines ProcessGroupNCCL.cpp:1664)";
+    assert!(text.contains(torch) && md.contains(torch) && report.contains(torch), "{text}\n{md}\n{report}");
+    assert_eq!(md.matches(" · torch ").count(), 1, "{md}");
+    assert!(text.contains("NCCL 2.20.5 (inferred: the NCCL the PyPI wheel of torch 2.4.1 pins"), "{text}");
+    let torch_note = json["versions"].as_array().unwrap().iter().find(|n| n["component"] == "torch").unwrap();
+    assert_eq!((torch_note["value"].as_str(), torch_note["how"].as_str()), (Some("2.4.1"), Some("inferred")));
+
+    // bootstrap.cc:122 prints this at v2.29.2-1..v2.29.3-1 and v2.30.3-1..v2.30.4-1 only (the catalogue):
+    // two runs, not one span over 2.29.7 that does not print it there.
+    let (text, md, json, report) = versions_everywhere(
+        "gpu1:1:2 [0] bootstrap.cc:122 NCCL WARN NET/Socket : No usable listening interface found\n",
+    );
+    let said = "NCCL 2.29.2-2.29.3, 2.30.3-2.30.4 (inferred from the file:line of WARN sites bootstrap.cc:122)";
+    assert!(text.contains(said) && md.contains(said) && report.contains(said), "{text}\n{md}\n{report}");
+    let n = json["versions"].as_array().unwrap().iter().find(|n| n["component"] == "nccl").unwrap();
+    assert_eq!(n["value"], "2.29.2-2.29.3, 2.30.3-2.30.4");
+    assert!(json["nccl_version"].is_null());
+
+    // `Cuda failure` is WARN in every catalogued release (2.18.1-2.32.3; INFO too in 2.30.7): the
+    // word alone says nothing of the hand-written releases below the catalogue (2.17.1).
+    let (text, md, _, _) = versions_everywhere("gpu1:1:2 [0] enqueue.cc:1 NCCL WARN Cuda failure 'out of memory'\n");
+    assert!(text.contains("NCCL 2.18.1-2.32.3 (inferred from the level of WARN"), "{text}");
+    assert!(!text.contains("2.17") && !md.contains("2.17"), "{text}\n{md}");
+
+    // socket.cc:71 is 2.24.3-2.26.6 and proxy.cc:154 is 2.28.3-2.28.9 in the catalogue: no one
+    // release prints both, and the reader is told so instead of a silent "unknown".
+    let (text, md, json, report) = versions_everywhere(
+        "n1:4101:4190 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote peer n1<48122>\n\
+         n1:4101:4190 [0] proxy.cc:154 NCCL WARN Couldn't find opId=0x7f3c2c0a1b40\n",
+    );
+    let said = "NCCL unknown (conflicting: the log's NCCL lines fit no one release: misc/socket.cc:71 is 2.24.3-2.26.6; proxy.cc:154 is 2.28.3-2.28.9";
+    assert!(text.replace("\n          ", " ").contains(said), "{text}");
+    assert!(md.contains(said) && report.contains(said), "{md}\n{report}");
+    let n = json["versions"].as_array().unwrap().iter().find(|n| n["component"] == "nccl").unwrap();
+    assert_eq!((n["value"].as_str(), n["how"].as_str()), (Some("unknown"), Some("conflicting")));
+    assert!(json["nccl_version"].is_null());
+
+    // The version line and another with the CUDA suffix: one release, said once, no "several versions" note.
+    let (text, _, json, _) = versions_everywhere(
+        "n1:1:2 [0] NCCL INFO NCCL version 2.22.3+cuda12.5\nn1:1:3 [1] NCCL INFO NCCL version 2.22.3\n\
+         n1:1:2 [0] enqueue.cc:1 NCCL WARN Cuda failure 'out of memory'\n",
+    );
+    assert!(text.starts_with("NCCL 2.22.3+cuda12.5 (stated: NCCL version line)"), "{text}");
+    assert_eq!(json["nccl_version"], "2.22.3");
+    assert!(!json["notes"].to_string().contains("several NCCL versions"), "{}", json["notes"]);
+}

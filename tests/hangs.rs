@@ -420,6 +420,7 @@ fn a_missing_py_spy_is_said_in_harness_log_and_the_report_with_its_install_comma
 fn stacks_are_grouped_across_ranks_the_odd_group_first() {
     use epdoctor::model::run::ProcStack;
     let st = |rank: &str, waits: &str| ProcStack {
+        node: None,
         rank: rank.into(),
         pid: 1,
         cmd: "python3 train.py".into(),

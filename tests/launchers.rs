@@ -522,3 +522,207 @@ fn a_child_that_scrubs_its_environment_and_calls_setsid_is_found_and_ended() {
     let alive = Command::new("pgrep").args(["-f", "^sleep 765$"]).output().unwrap();
     assert!(alive.stdout.is_empty(), "still running: {}", String::from_utf8_lossy(&alive.stdout));
 }
+
+/// More tasks than the partition can ever give one job (CPUs x the 4 tasks a CPU may share), so
+/// salloc's request stays pending (PartitionConfig on the CI Slurm).
+fn too_many_tasks() -> String {
+    let o = Command::new("sinfo").args(["--noheader", "--format=%C"]).output().unwrap();
+    // `A/I/O/T`: allocated/idle/other/total CPUs.
+    let total: usize = String::from_utf8_lossy(&o.stdout).trim().rsplit('/').next().unwrap().parse().unwrap();
+    (total * 4 + 1).to_string()
+}
+
+/// epdoctor started with its stderr lines coming through a channel, and the salloc it starts.
+struct Asking {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Asking {
+    fn start(mut c: Command) -> Asking {
+        use std::io::BufRead;
+        let mut child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Asking { child, lines, seen: Vec::new() }
+    }
+    /// Wait (bounded) for a stderr line matching `f`.
+    fn wait_line(&mut self, f: impl Fn(&str) -> bool) -> String {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(l) = self.seen.iter().find(|l| f(l)) {
+                return l.clone();
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("no such line on stderr; got: {:?}", self.seen),
+            }
+        }
+    }
+    /// The salloc that epdoctor started (its child).
+    fn salloc_pid(&self) -> Option<u32> {
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(')')?.1;
+            let ppid: u32 = after.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == self.child.id() && stat.contains("(salloc)")).then_some(pid)
+        })
+    }
+    /// Wait (bounded) for the end; the exit code and all of stderr.
+    fn end(mut self) -> (Option<i32>, String) {
+        let until = Instant::now() + Duration::from_secs(120);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                panic!("epdoctor did not end; stderr so far: {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let code = self.child.wait().unwrap().code();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        (code, self.seen.join("\n"))
+    }
+}
+
+/// The same command without `-q`: the lines about waiting for the allocation are progress.
+fn loud(c: Command) -> Command {
+    let mut n = Command::new(c.get_program());
+    n.args(c.get_args().filter(|a| *a != "-q"));
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => n.env(k, v),
+            None => n.env_remove(k),
+        };
+    }
+    n.stdin(Stdio::null());
+    n
+}
+
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+    }
+}
+
+/// Point 5: the pending reason is shown, the request is given up after --alloc-timeout, the job is
+/// cancelled and salloc does not outlive epdoctor; exit 5.
+#[test]
+fn slurm_a_pending_allocation_is_shown_and_cancelled_after_the_alloc_timeout() {
+    if !slurm() {
+        return;
+    }
+    let s = Scratch::new();
+    let mut c = loud(s.cmd("slurm"));
+    c.args(["--ranks", &too_many_tasks(), "--teardown", "clean", "--alloc-timeout", "4"]);
+    let mut a = Asking::start(c);
+    let pending = a.wait_line(|l| l.contains("Pending job allocation"));
+    let job = pending.rsplit(' ').next().unwrap().to_string();
+    let salloc = a.salloc_pid().expect("salloc runs as epdoctor's child");
+    a.wait_line(|l| l.contains(&format!("job {job} pending (")));
+    let (code, err) = a.end();
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("no allocation after 4 s (--alloc-timeout"), "{err}");
+    assert!(err.contains(&format!("scancel {job}: ok")), "{err}");
+    assert!(gone(salloc), "salloc {salloc} outlived epdoctor");
+    wait_job_gone(&job);
+}
+
+/// Point 5: SIGTERM while salloc waits cancels the request (no pending job, no orphan salloc), exit 5.
+#[test]
+fn slurm_sigterm_while_salloc_waits_cancels_the_request() {
+    if !slurm() {
+        return;
+    }
+    let s = Scratch::new();
+    let mut c = loud(s.cmd("slurm"));
+    c.args(["--ranks", &too_many_tasks(), "--teardown", "clean", "--alloc-timeout", "600"]);
+    let mut a = Asking::start(c);
+    let pending = a.wait_line(|l| l.contains("Pending job allocation"));
+    let job = pending.rsplit(' ').next().unwrap().to_string();
+    let salloc = a.salloc_pid().expect("salloc runs as epdoctor's child");
+    a.wait_line(|l| l.contains(&format!("job {job} pending (")));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGTERM) };
+    let (code, err) = a.end();
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("interrupted by SIGTERM while salloc waited for an allocation"), "{err}");
+    assert!(gone(salloc), "salloc {salloc} outlived epdoctor");
+    wait_job_gone(&job);
+}
+
+/// Point 5: --immediate gives up at once with salloc's reason, exit 5, nothing left pending.
+#[test]
+fn slurm_immediate_gives_up_at_once() {
+    if !slurm() {
+        return;
+    }
+    let s = Scratch::new();
+    let mut c = s.cmd("slurm");
+    c.args(["--ranks", &too_many_tasks(), "--teardown", "clean", "--immediate", "--alloc-timeout", "600"]);
+    let a = Asking::start(c);
+    let (code, err) = a.end();
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("salloc did not grant an allocation"), "{err}");
+}
+
+fn py_spy() -> bool {
+    have("py-spy", "EPDOCTOR_REQUIRE_PYSPY", Command::new("py-spy").arg("--version"))
+}
+
+/// Point 1: under Slurm each task's Python and native stack is taken on its node, inside the stack
+/// probe's `srun --overlap` step before scancel, and labelled by SLURM_PROCID; srun's own is not.
+#[test]
+fn slurm_hang_takes_every_tasks_stack_on_its_node_labelled_by_slurm_procid() {
+    if !slurm() || !py_spy() {
+        return;
+    }
+    let s = Scratch::new();
+    std::fs::write(
+        s.dir.path().join("sleephang.py"),
+        "import time\n\n\ndef stuck_in_teardown():\n    print('teardown starts', flush=True)\n    time.sleep(600)\n\n\nstuck_in_teardown()\n",
+    )
+    .unwrap();
+    let mut c = s.cmd("slurm");
+    c.current_dir(s.dir.path()).env_remove("EPDOCTOR_STACK_TOOLS");
+    c.args(["--ntasks-per-node", "2", "--timeout", "8", "--grace", "2", "--", "python3", "sleephang.py"]);
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = s.cells();
+    let cell = &v["cells"][0];
+    assert_eq!(cell["status"], "hang");
+    let dir = s.cell_dir(cell);
+    let stacks = cell["stacks"].as_array().unwrap();
+    let ranks: Vec<&str> = stacks.iter().map(|st| st["rank"].as_str().unwrap()).collect();
+    assert_eq!(ranks, ["0", "1"], "the two tasks only, not srun: {stacks:#?}");
+    for st in stacks {
+        assert_eq!(st["tool"], "py-spy", "{st}");
+        assert_eq!(st["node"], host().as_str(), "{st}");
+        assert_eq!(st["waits"], "stuck_in_teardown (sleephang.py:6)", "{st}");
+        // Python and native frames: py-spy --native read libc's sleep under the Python function.
+        let raw = std::fs::read_to_string(dir.join(st["raw"].as_str().unwrap())).unwrap();
+        assert!(raw.contains("# py-spy --native (ok)") && raw.contains("clock_nanosleep"), "{raw}");
+    }
+    // Taken on the node by the probe step (its answer is kept), before the step was cancelled.
+    assert!(dir.join("slurm/stacks.0.json").is_file());
+    let h = s.harness(cell);
+    let took = h.find("stacks: 2 process(es) captured").unwrap_or_else(|| panic!("{h}"));
+    let cancel = h.find("scancel --signal=TERM").unwrap_or_else(|| panic!("{h}"));
+    assert!(took < cancel, "{h}");
+    assert_eq!(cell["stack_groups"][0]["label"], "ranks 0-1");
+    assert_eq!(cell["primary"]["rule"], "hang-stack-main-thread");
+    let log = std::fs::read_to_string(dir.join("stacks.log")).unwrap();
+    assert!(log.starts_with("[epdoctor-stack] rank=0 pid="), "{log}");
+    assert!(log.contains("via=py-spy thread=main: stuck_in_teardown (sleephang.py:6)"), "{log}");
+    wait_job_gone(v["launcher"]["slurm"]["job_id"].as_str().unwrap());
+}

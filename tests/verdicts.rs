@@ -145,6 +145,36 @@ fn the_default_report_is_short_and_v_prints_everything() {
     assert!(Path::new(H200_FINISHED).exists());
 }
 
+/// The short report's findings table broke long file names mid-word in its "first seen" column
+/// (issue 28): ids and file names stay whole in 100 columns, the file named once above the table,
+/// or each once below it under a key.
+#[test]
+fn the_findings_table_keeps_ids_and_file_names_whole() {
+    let one = "rules/fixtures/proxy-catalog/synthetic-2.28.9-internal-check-after-peer-gone.log";
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["a-long-rank-file-name-of-the-job-on-node-one-rank0.log", "another-long-file-name-for-rank1.log"];
+    std::fs::copy(one, dir.path().join(names[0])).unwrap();
+    std::fs::copy("rules/fixtures/teardown/bootcamp-getfd-failed.log", dir.path().join(names[1])).unwrap();
+    let both = dir.path().to_str().unwrap();
+    for (args, files) in [(vec![one], vec![one.rsplit('/').next().unwrap()]), (vec![both], names.to_vec())] {
+        let short = text(&args);
+        let (v, _) = explain(&args);
+        let table: Vec<&str> = short.lines().skip_while(|l| !l.starts_with("findings")).collect();
+        let wide: Vec<&&str> = table.iter().filter(|l| l.chars().count() > 100).collect();
+        assert!(wide.is_empty(), "lines over 100 columns: {wide:?}\n{short}");
+        for f in v["findings"].as_array().unwrap() {
+            let id = f["rule"].as_str().unwrap();
+            assert!(table.iter().any(|l| l.contains(&format!(" {id} "))), "{id} whole:\n{short}");
+        }
+        for f in files {
+            assert!(table.iter().any(|l| l.contains(f)), "{f} whole:\n{short}");
+        }
+    }
+    // A name that fits stays in its cell.
+    let short = text(&["rules/fixtures/teardown/bootcamp-getfd-failed.log"]);
+    assert!(short.contains("bootcamp-getfd-failed.log:13 "), "{short}");
+}
+
 #[test]
 fn a_hang_log_names_the_rank_that_fell_behind() {
     // LLaMA-Factory #8261 (dev case 078): rank 0 last enqueued work 2855, rank 2 reached 2856.

@@ -15,6 +15,13 @@ pub fn run(args: &EnvArgs) -> Result<u8> {
     if let (true, Some(cell)) = (args.leftovers, &args.cell) {
         return leftovers(cell, args);
     }
+    // Its stack probe, at a hang's deadline.
+    if let (true, Some(cell)) = (args.stacks, &args.cell) {
+        return stacks(cell, args);
+    }
+    if args.cell.is_some() {
+        crate::error::usage(vec!["--cell goes with --leftovers or --stacks".into()])?;
+    }
     if !(args.python_timeout.is_finite() && args.python_timeout > 0.0) {
         crate::error::usage(vec![format!(
             "--python-timeout must be a positive number of seconds, got {}",
@@ -41,6 +48,29 @@ fn leftovers(cell: &str, args: &EnvArgs) -> Result<u8> {
             let mut l = crate::repro::leftovers::lines(&n.leftovers);
             if l.is_empty() {
                 l.push(format!("nothing of cell {cell} on {}", n.node));
+            }
+            l.join("\n") + "\n"
+        }
+    };
+    output::print(&text)?;
+    Ok(exit::OK)
+}
+
+/// `env --stacks --cell TAG [-f json]`: the stacks of the cell's processes on this node.
+fn stacks(cell: &str, args: &EnvArgs) -> Result<u8> {
+    if cell.is_empty() || !Path::new(cell).is_dir() {
+        return Err(crate::error::usage_one(format!(
+            "--cell {cell:?}: not a folder (the tag is the cell folder, the EPDOCTOR_CELL_DIR value of the cell's processes)"
+        )));
+    }
+    let n = crate::repro::launcher::slurm::stacks_here(cell);
+    let text = match args.format {
+        Format::Json => output::json(&n),
+        Format::Text | Format::Md => {
+            let mut l: Vec<String> = n.stacks.iter().flat_map(|s| s.lines.iter().cloned()).collect();
+            l.extend(n.notes.iter().cloned());
+            if n.stacks.is_empty() {
+                l.push(format!("no process of cell {cell} on {}", n.node));
             }
             l.join("\n") + "\n"
         }

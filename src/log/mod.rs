@@ -2,6 +2,7 @@
 pub mod archive;
 pub mod chunks;
 pub mod input;
+pub mod literals;
 pub mod names;
 pub mod prefilter;
 pub mod prefix;

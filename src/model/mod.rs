@@ -127,7 +127,10 @@ pub struct Template {
 pub struct VersionNote {
     pub component: String,
     pub value: String,
-    /// "stated" (a version line in the log) or "inferred" (fingerprint of file:line or wording).
+    /// "stated" (a version line in the log), "assumed" (given by the caller), "inferred"
+    /// (fingerprint of file:line or wording; `value` the releases as runs, `2.26.2-2.29.3, 2.30.7`)
+    /// or "conflicting" (`value` "unknown": no one release prints every line seen; `detail` says
+    /// which releases print each).
     pub how: String,
     pub detail: String,
 }

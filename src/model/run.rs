@@ -363,6 +363,9 @@ pub struct ProcStack {
     pub others: Vec<String>,
     /// The raw stacks, relative to the cell folder.
     pub raw: String,
+    /// The node it ran on, when not this host (a Slurm task's, from the node's stack probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// How one process ended.
@@ -493,6 +496,22 @@ pub struct NodeLeftovers {
     pub cell: String,
     #[serde(flatten)]
     pub leftovers: Leftovers,
+}
+
+/// What one node's stack probe prints (`epdoctor env --stacks --cell TAG --format json`): the
+/// stacks of the cell's processes there, each with its `stacks.log` lines, and the probe's notes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeStacks {
+    pub node: String,
+    pub cell: String,
+    pub stacks: Vec<NodeStack>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStack {
+    pub stack: ProcStack,
+    pub lines: Vec<String>,
 }
 
 /// A rank's TORCHELASTIC_ERROR_FILE, as written by torchelastic's `record` (or the rank itself).

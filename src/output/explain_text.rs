@@ -38,13 +38,13 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
     for u in &a.unread {
         let _ = writeln!(s, "{} {u}", paint("not read:", Style::new().yellow().bold()));
     }
-    let mut vers = Vec::new();
-    for n in &a.versions {
-        let detail = if n.how == "inferred" && v { format!(": {}", n.detail) } else { String::new() };
-        vers.push(format!("{} {} ({}{detail})", n.component, n.value, n.how));
-    }
-    if !vers.is_empty() {
-        let _ = writeln!(s, "versions: {}", vers.join("; "));
+    // The words md and report use; the line is left out when neither version is known at all.
+    if !a.versions.is_empty() || a.nccl_version.is_some() || a.torch_version.is_some() {
+        let vers: Vec<String> =
+            super::explain_md::versions_said(a).into_iter().map(|r| r.unwrap_or_else(|e| e)).collect();
+        let vers = vers.join("; ");
+        let vers = if v { vers } else { wrap(&vers, SHORT_WIDTH - 10, 10) };
+        let _ = writeln!(s, "versions: {vers}");
     }
     if let Some(p) = &a.primary {
         let head = if a.verdict == Verdict::Actionable { "primary finding" } else { "what it is" };
@@ -57,25 +57,7 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
         }
     }
     if !a.findings.is_empty() {
-        // Rule ids stay whole (they are copied into `rules show ID`).
-        let mut t = super::rules::id_table(&["rule", "severity", "benign", "count", "ranks", "first seen"]);
-        if !v {
-            t.set_width(SHORT_WIDTH as u16);
-        }
-        for f in &a.findings {
-            // Short: the file's own name (the path is in the evidence and in -v).
-            let name = |src: &str| if v { src.to_string() } else { src.rsplit('/').next().unwrap_or(src).to_string() };
-            let first = f.evidence.first().map(|e| format!("{}:{}", name(&e.source), e.line)).unwrap_or_default();
-            t.add_row([
-                f.rule.clone(),
-                f.severity.as_str().to_string(),
-                if f.benign { "yes".into() } else { "no".into() },
-                f.count.to_string(),
-                ranks(&f.ranks),
-                first,
-            ]);
-        }
-        let _ = writeln!(s, "\n{}\n{t}", paint("findings:", Style::new().bold()));
+        findings_table(&mut s, a, v);
     }
     if v {
         for f in a.findings.iter().filter(|f| a.primary.as_ref().is_none_or(|p| p.rule != f.rule)) {
@@ -156,6 +138,61 @@ fn write_finding_short(s: &mut String, f: &Finding) {
         let rank = e.rank.filter(|&r| !super::says_rank(&e.text, r)).map(|r| format!(", rank {r}")).unwrap_or_default();
         let _ = writeln!(s, "  {} {}:{}{rank}", paint("evidence:", Style::new().bold()), e.source, e.line);
         let _ = writeln!(s, "    {}", clip(e.text.trim(), false, SHORT_WIDTH - 4));
+    }
+}
+
+/// The findings table. Rule ids and file names stay whole (an id is copied into `rules show ID`,
+/// a name into a shell): where `file:line` does not fit in the short report's width, the column
+/// holds the line and the file is named once above the table, or each file once below it.
+fn findings_table(s: &mut String, a: &Analysis, v: bool) {
+    // Short: the file's own name (the path is in the evidence and in -v).
+    let name = |src: &str| if v { src.to_string() } else { src.rsplit('/').next().unwrap_or(src).to_string() };
+    let firsts: Vec<Option<(String, u64)>> =
+        a.findings.iter().map(|f| f.evidence.first().map(|e| (name(&e.source), e.line))).collect();
+    let mut files: Vec<&String> = Vec::new();
+    for (n, _) in firsts.iter().flatten() {
+        if !files.contains(&n) {
+            files.push(n);
+        }
+    }
+    let table = |last: &str, cell: &dyn Fn(&str, u64) -> String| {
+        let mut t = super::rules::id_table(&["rule", "severity", "benign", "count", "ranks", last]);
+        for (f, first) in a.findings.iter().zip(&firsts) {
+            t.add_row([
+                f.rule.clone(),
+                f.severity.as_str().to_string(),
+                if f.benign { "yes".into() } else { "no".into() },
+                f.count.to_string(),
+                ranks(&f.ranks),
+                first.as_ref().map(|(n, l)| cell(n, *l)).unwrap_or_default(),
+            ]);
+        }
+        t
+    };
+    let mut t = table("first seen", &|n, l| format!("{n}:{l}"));
+    // Content, one padding space each side and one border per column, and the last border.
+    let natural = |t: &comfy_table::Table| {
+        let w = t.column_max_content_widths();
+        w.iter().map(|&c| c as usize + 3).sum::<usize>() + 1
+    };
+    let mut head = "findings:".to_string();
+    let mut legend = Vec::new();
+    if !v && natural(&t) > SHORT_WIDTH {
+        if let [one] = files[..] {
+            head = format!("findings (first seen in {one}):");
+            t = table("line", &|_, l| l.to_string());
+        } else {
+            let key = |n: &str| files.iter().position(|f| *f == n).map_or(0, |i| i + 1);
+            t = table("first seen", &|n, l| format!("[{}]:{l}", key(n)));
+            legend = files.iter().enumerate().map(|(i, f)| format!("  [{}] {f}", i + 1)).collect();
+        }
+    }
+    if !v {
+        t.set_width(SHORT_WIDTH as u16);
+    }
+    let _ = writeln!(s, "\n{}\n{t}", paint(&head, Style::new().bold()));
+    for l in legend {
+        let _ = writeln!(s, "{l}");
     }
 }
 

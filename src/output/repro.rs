@@ -179,16 +179,71 @@ fn launcher_line(l: &LauncherOut) -> String {
     }
 }
 
-/// Last non-empty line of a file, shortened.
+/// Last non-empty line of a file, shortened. Read backwards from the end, a block at a time, so a
+/// cell whose job printed gigabytes costs a few blocks, not the file (issue 26, point 8).
 pub fn last_line(path: &Path) -> Option<String> {
-    let text = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&text);
-    let l = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let l = last_nonblank_line(path)?;
+    let l = String::from_utf8_lossy(&l);
+    let l = l.trim();
     Some(if l.chars().count() > 200 {
         format!("{}...", l.chars().take(200).collect::<String>())
     } else {
         l.to_string()
     })
+}
+
+/// The last line holding more than whitespace, at most `LINE_CAP` bytes of its head, looked for
+/// in the file's last `SCAN_CAP` bytes only.
+fn last_nonblank_line(path: &Path) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 * 1024;
+    const SCAN_CAP: u64 = 8 * 1024 * 1024;
+    const LINE_CAP: usize = 4096;
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let stop = len.saturating_sub(SCAN_CAP);
+    // `tail`: the bytes from `pos` to where the search ended, newest last.
+    let mut pos = len;
+    let mut tail: Vec<u8> = Vec::new();
+    // Where the line ends within `tail` once its last non-blank byte is seen.
+    let mut end: Option<usize> = None;
+    while pos > stop {
+        let n = BLOCK.min(pos - stop);
+        pos -= n;
+        let mut block = vec![0u8; n as usize];
+        f.seek(SeekFrom::Start(pos)).ok()?;
+        f.read_exact(&mut block).ok()?;
+        let off = block.len();
+        block.extend_from_slice(&tail);
+        tail = block;
+        end = end.map(|e| e + off);
+        if end.is_none() {
+            match tail[..off].iter().rposition(|b| !b.is_ascii_whitespace()) {
+                Some(i) => end = Some(i + 1),
+                None => {
+                    // All blank so far: only the newest partial line matters, keep nothing.
+                    tail.clear();
+                    continue;
+                }
+            }
+        }
+        let e = end?;
+        if let Some(nl) = tail[..e].iter().rposition(|&b| b == b'\n') {
+            return Some(tail[nl + 1..e].iter().copied().take(LINE_CAP).collect());
+        }
+        // The line started before this block: only its head is shown, and the head lies before
+        // what is kept, so the first LINE_CAP bytes kept are all that can still be shown.
+        if e > LINE_CAP {
+            tail.truncate(LINE_CAP);
+            end = Some(LINE_CAP);
+        }
+    }
+    let e = end?;
+    if pos == 0 {
+        return Some(tail[..e].iter().copied().take(LINE_CAP).collect());
+    }
+    // The line is longer than the part looked at: its start is out of reach.
+    None
 }
 
 /// What the table cannot show: hangs, failures, leftovers, engine errors.
@@ -413,5 +468,35 @@ mod tests {
             "torchrun --nproc-per-node=8 train.py 'a b' ''"
         );
         assert_eq!(w(&["echo", "it's", "$HOME"]), r#"echo 'it'\''s' '$HOME'"#);
+    }
+
+    #[test]
+    fn the_last_line_is_read_from_the_end() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("rank0.log");
+        let last = |bytes: &[u8]| {
+            std::fs::write(&p, bytes).unwrap();
+            super::last_line(&p)
+        };
+        assert_eq!(last(b"a\nb\n\n  \n").as_deref(), Some("b"));
+        assert_eq!(last(b"only").as_deref(), Some("only"));
+        assert_eq!(last(b"\n \n\t\n"), None);
+        assert_eq!(last(b""), None);
+        // Blocks: the last line spans several 64 KiB blocks, then trailing blank lines do too.
+        let mut big = b"first\n".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 300_000));
+        big.extend(b" end\r\n");
+        big.extend(std::iter::repeat_n(b'\n', 200_000));
+        let l = last(&big).unwrap();
+        assert_eq!(l, format!("{}...", "x".repeat(200)));
+        let mut big = std::iter::repeat_n(b'y', 70_000).collect::<Vec<u8>>();
+        big.extend(b"\nTraceback: boom\n");
+        assert_eq!(last(&big).as_deref(), Some("Traceback: boom"));
+        // A line that begins exactly at a block's edge, and one whose newline is the first byte read.
+        for pad in [65_536 - 5, 65_536 - 6, 65_536 - 4] {
+            let mut b = std::iter::repeat_n(b'z', pad).collect::<Vec<u8>>();
+            b.extend(b"\nlast\n");
+            assert_eq!(last(&b).as_deref(), Some("last"), "pad {pad}");
+        }
     }
 }

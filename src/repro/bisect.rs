@@ -248,7 +248,7 @@ pub fn run(
     setup: Setup,
     reporter: &mut dyn Reporter,
 ) -> Result<Finished> {
-    let (launcher, _signals) = super::start(args, &plan, &dir)?;
+    let (launcher, _signals) = super::start(args, &plan, &dir, reporter)?;
     let h = super::harness(args, launcher.as_ref(), program, engine);
     let Setup { fetcher, mut candidates, finding, range } = setup;
     let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -389,14 +389,17 @@ static WARN_LINE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"NCCL WARN |^(?:\[rank\d+\]:)?\[W(?:\d{3,4} | )").unwrap()
 });
 
-/// The number users count when they say "a wall of warnings".
+/// The number users count when they say "a wall of warnings". Lines are read with their length
+/// bounded (a log may be one line of gigabytes).
 pub fn count_warn_lines(path: &Path) -> u64 {
-    let Ok(f) = std::fs::File::open(path) else { return 0 };
-    std::io::BufReader::new(f)
-        .split(b'\n')
-        .map_while(Result::ok)
-        .filter(|l| WARN_LINE.is_match(&String::from_utf8_lossy(l)))
-        .count() as u64
+    let Ok(mut r) = crate::log::input::open(&crate::log::input::Input::File(path.to_path_buf()), None) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(Some(l)) = r.next_line() {
+        n += u64::from(WARN_LINE.is_match(&String::from_utf8_lossy(l)));
+    }
+    n
 }
 
 #[cfg(test)]

@@ -116,6 +116,10 @@ pub fn plan(args: &super::Config, ctx: &Host) -> Result<Plan, Vec<String>> {
     if args.repeat == 0 {
         problems.push("--repeat must be at least 1".into());
     }
+    let wait = args.launch.alloc_timeout_s;
+    if args.launch.launcher == super::launcher::LauncherKind::Slurm && !(wait.is_finite() && wait > 0.0) {
+        problems.push(format!("--alloc-timeout must be a positive number of seconds, got {wait}"));
+    }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         problems.push(format!("--timeout must be a positive number of seconds, got {}", args.timeout));
     }

@@ -169,7 +169,7 @@ fn run_cells(
     dir: PathBuf,
     reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Finished> {
-    let (launcher, _signals) = start(args, &plan, &dir)?;
+    let (launcher, _signals) = start(args, &plan, &dir, reporter)?;
     let h = harness(args, launcher.as_ref(), program, engine);
     let mut run = new_run(&plan, args);
     run.launcher = launcher.describe();
@@ -220,12 +220,21 @@ fn workload_never_started(plan: &Plan, run: &Run, dir: &Path) -> Option<String> 
     Some(render::last_line(&log).unwrap_or_else(|| format!("nothing (see {})", log.display())))
 }
 
-/// Before the first cell: the launcher (under Slurm outside an allocation it asks salloc for one,
-/// so it comes after every check), the cells folder, the signal handlers.
-fn start(args: &Config, plan: &Plan, dir: &Path) -> anyhow::Result<(Box<dyn launcher::Launcher>, interrupt::Guard)> {
-    let launcher = launcher::acquire(&args.launch, args.ranks, &plan.workload)?;
+/// Before the first cell: the signal handlers, the launcher (under Slurm outside an allocation it
+/// asks salloc for one, so it comes after every check; a signal while salloc waits cancels the
+/// request), the cells folder.
+fn start(
+    args: &Config,
+    plan: &Plan,
+    dir: &Path,
+    reporter: &mut dyn Reporter,
+) -> anyhow::Result<(Box<dyn launcher::Launcher>, interrupt::Guard)> {
+    let signals = interrupt::install()?;
+    let launcher = launcher::acquire(&args.launch, args.ranks, &plan.workload, &SignalStop, &mut |what| {
+        reporter.report(Event::Waiting { what })
+    })?;
     std::fs::create_dir(dir.join("cells")).with_context(|| format!("creating {}/cells", dir.display()))?;
-    Ok((launcher, interrupt::install()?))
+    Ok((launcher, signals))
 }
 
 fn harness<'a>(

@@ -11,10 +11,14 @@ use serde::Serialize;
 use crate::model::run::{Cell, CellStatus, RunStatus};
 use crate::model::Verdict;
 
-/// What the runner does, in order: the plan, each cell's start, ticks while it runs and its end,
-/// then an interrupt (when a signal stopped the run) and the end.
+/// What the runner does, in order: waiting for an allocation (Slurm), the plan, each cell's start,
+/// ticks while it runs and its end, then an interrupt (when a signal stopped the run) and the end.
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
+    /// Before the plan: what the runner waits for and why (salloc's lines, the pending reason).
+    Waiting {
+        what: &'a str,
+    },
     Plan {
         dir: &'a Path,
         cells: usize,
@@ -82,8 +86,10 @@ pub struct Lines;
 
 impl Reporter for Lines {
     fn report(&mut self, e: Event) {
-        if let Event::CellFinished { cell, of, probe } = e {
-            eprintln!("{}", cell_line(cell, of, probe));
+        match e {
+            Event::CellFinished { cell, of, probe } => eprintln!("{}", cell_line(cell, of, probe)),
+            Event::Waiting { what } => eprintln!("epdoctor: {what}"),
+            _ => {}
         }
     }
 }
@@ -94,6 +100,8 @@ pub struct Bar(Option<ProgressBar>);
 impl Reporter for Bar {
     fn report(&mut self, e: Event) {
         match e {
+            // Before the bar exists.
+            Event::Waiting { what } => eprintln!("epdoctor: {what}"),
             Event::Plan { cells, .. } => {
                 let bar = ProgressBar::with_draw_target(Some(cells as u64), ProgressDrawTarget::stderr());
                 if let Ok(style) = ProgressStyle::with_template("{spinner} [{pos}/{len}] {elapsed} {wide_msg}") {
@@ -128,6 +136,9 @@ pub struct JsonLines<W: Write>(pub W);
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 enum JsonEvent<'a> {
+    Waiting {
+        what: &'a str,
+    },
     Plan {
         dir: &'a Path,
         cells: usize,
@@ -161,6 +172,7 @@ enum JsonEvent<'a> {
 impl<W: Write> Reporter for JsonLines<W> {
     fn report(&mut self, e: Event) {
         let j = match e {
+            Event::Waiting { what } => JsonEvent::Waiting { what },
             Event::Plan { dir, cells } => JsonEvent::Plan { dir, cells },
             Event::CellStarted { index, name } => JsonEvent::CellStarted { index, name },
             Event::Tick => return,
@@ -203,6 +215,7 @@ mod tests {
     fn a_line_per_event_but_ticks() {
         let mut r = JsonLines(Vec::new());
         let c = cell();
+        r.report(Event::Waiting { what: "salloc: job 13 pending (Resources)" });
         r.report(Event::Plan { dir: Path::new("/runs/r1"), cells: 4 });
         r.report(Event::CellStarted { index: 2, name: "002-abort" });
         r.report(Event::Tick);
@@ -214,6 +227,7 @@ mod tests {
         assert_eq!(
             lines,
             [
+                r#"{"event":"waiting","what":"salloc: job 13 pending (Resources)"}"#,
                 r#"{"event":"plan","dir":"/runs/r1","cells":4}"#,
                 r#"{"event":"cell-started","index":2,"name":"002-abort"}"#,
                 concat!(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub use crate::model::run::stack::{fold, fold_full, Frame, Thread};
 use std::collections::BTreeMap;
 
-use crate::model::run::{Hung, LeftoverProcess, ProcStack, StackGroup, STACKS_DIR};
+use crate::model::run::{Hung, LeftoverProcess, NodeStack, NodeStacks, ProcStack, StackGroup, STACKS_DIR};
 
 pub const STACKS_LOG: &str = "stacks.log";
 pub const STACK_PREFIX: &str = "[epdoctor-stack]";
@@ -98,24 +98,36 @@ fn is_python(pid: i32, cmd: &str) -> bool {
         .any(|b| b.starts_with("python") || b.starts_with("pypy"))
 }
 
-/// `RANK` from the environment the process was started with (torchrun, our launchers).
-fn env_rank(pid: i32) -> Option<String> {
-    crate::sys::procs::environ_var(Path::new(&format!("/proc/{pid}")), "RANK")
+/// The rank from the environment the process was started with: `RANK` (torchrun, our launchers),
+/// or under Slurm `SLURM_PROCID` (`var`).
+fn env_rank(pid: i32, var: &str) -> Option<String> {
+    crate::sys::procs::environ_var(Path::new(&format!("/proc/{pid}")), var)
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
 }
+
+/// The variable a process's rank is read from: RANK here, SLURM_PROCID on a Slurm node's probe.
+pub const RANK_VAR: &str = "RANK";
+pub const SLURM_RANK_VAR: &str = "SLURM_PROCID";
 
 /// Take the stacks of `procs`. `labels` names the processes the harness started (label, pid):
 /// a worker rank's label is its rank.
 pub fn capture(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &Path) -> Capture {
     let t0 = Instant::now();
-    let mut cap = Capture::default();
     if procs.is_empty() {
-        return cap;
+        return Capture::default();
     }
+    let here = take_here(procs, labels, cell_dir, RANK_VAR);
+    write(cell_dir, vec![here], t0)
+}
+
+/// This host's part: each process's stack, raw under `stacks/`, with its `stacks.log` lines.
+/// `rank_var`: where a process's rank is read from when the harness did not start it itself.
+pub fn take_here(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &Path, rank_var: &str) -> NodeStacks {
+    let mut out = NodeStacks { cell: cell_dir.to_string_lossy().into_owned(), ..Default::default() };
     let dir = cell_dir.join(STACKS_DIR);
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        cap.notes.push(format!("stacks: could not create {}: {e}", dir.display()));
-        return cap;
+        out.notes.push(format!("stacks: could not create {}: {e}", dir.display()));
+        return out;
     }
     let tools = tools();
     let results: Vec<(ProcStack, Vec<Thread>, Option<String>)> = std::thread::scope(|s| {
@@ -124,33 +136,45 @@ pub fn capture(procs: &[LeftoverProcess], labels: &[(String, i32)], cell_dir: &P
             .map(|p| {
                 let tools = &tools;
                 let dir = &dir;
-                s.spawn(move || one_process(p, labels, tools, dir))
+                s.spawn(move || one_process(p, labels, tools, dir, rank_var))
             })
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let mut results = results;
-    // The odd group first, so that its rank is the first stack the engine reads.
-    let order: Vec<ProcStack> = results.iter().map(|(st, _, _)| st.clone()).collect();
-    let rank_order: Vec<String> = group(&order, &BTreeMap::new()).into_iter().flat_map(|g| g.ranks).collect();
-    results.sort_by_key(|(st, _, _)| rank_order.iter().position(|r| *r == st.rank).unwrap_or(usize::MAX));
-    let mut log = String::new();
-    let mut missing = missing_tools(&tools, &results);
+    out.notes = missing_tools(&tools, &results);
     // The user's command that started ranks of its own (they carry RANK) is their launcher: its
     // stack (waiting for its children) is listed, but no rule reads it as a hung rank.
     let ranked = results.iter().any(|(st, _, _)| st.rank.parse::<u64>().is_ok());
     for (st, threads, miss) in results {
         let launcher = ranked && (st.rank == "cmd" || st.rank.starts_with("pid "));
-        for line in stack_lines(&st, &threads, launcher) {
-            log.push_str(&line);
+        out.stacks.push(NodeStack { lines: stack_lines(&st, &threads, launcher), stack: st });
+        out.notes.extend(miss);
+    }
+    out
+}
+
+/// Every node's part into one capture: the stacks in group order (the odd group first, so that its
+/// rank is the first stack the engine reads), `stacks.log`, the notes said once.
+pub fn write(cell_dir: &Path, parts: Vec<NodeStacks>, t0: Instant) -> Capture {
+    let mut cap = Capture::default();
+    let mut all: Vec<NodeStack> = Vec::new();
+    for mut p in parts {
+        cap.notes.append(&mut p.notes);
+        all.append(&mut p.stacks);
+    }
+    let order: Vec<ProcStack> = all.iter().map(|s| s.stack.clone()).collect();
+    let rank_order: Vec<String> = group(&order, &BTreeMap::new()).into_iter().flat_map(|g| g.ranks).collect();
+    all.sort_by_key(|s| rank_order.iter().position(|r| *r == s.stack.rank).unwrap_or(usize::MAX));
+    let mut log = String::new();
+    for s in all {
+        for line in &s.lines {
+            log.push_str(line);
             log.push('\n');
         }
-        missing.extend(miss);
-        cap.stacks.push(st);
+        cap.stacks.push(s.stack);
     }
-    missing.sort();
-    missing.dedup();
-    cap.notes.extend(missing);
+    cap.notes.sort();
+    cap.notes.dedup();
     if let Err(e) = std::fs::write(cell_dir.join(STACKS_LOG), log) {
         cap.notes.push(format!("stacks: could not write {STACKS_LOG}: {e}"));
     }
@@ -240,12 +264,12 @@ pub fn group(stacks: &[ProcStack], fr: &BTreeMap<String, i64>) -> Vec<StackGroup
 }
 
 /// A worker's label, else RANK from its environment, else `cmd` (the user's command itself), else `pid N`.
-fn rank_of(p: &LeftoverProcess, labels: &[(String, i32)]) -> String {
+fn rank_of(p: &LeftoverProcess, labels: &[(String, i32)], rank_var: &str) -> String {
     let label = labels.iter().find(|(_, pid)| *pid == p.pid).map(|(l, _)| l.clone());
     if let Some(l) = label.as_ref().filter(|l| *l != "cmd") {
         return l.clone();
     }
-    if let Some(r) = env_rank(p.pid) {
+    if let Some(r) = env_rank(p.pid, rank_var) {
         return r;
     }
     if let Some(l) = label {
@@ -262,8 +286,9 @@ fn one_process(
     labels: &[(String, i32)],
     tools: &[(Tool, PathBuf)],
     dir: &Path,
+    rank_var: &str,
 ) -> (ProcStack, Vec<Thread>, Option<String>) {
-    let rank = rank_of(p, labels);
+    let rank = rank_of(p, labels, rank_var);
     let python = is_python(p.pid, &p.cmd);
     let mut raw = format!("# epdoctor stacks at the deadline: pid={} rank={rank}\n# cmd: {}\n", p.pid, p.cmd);
     let mut used = None;
@@ -338,6 +363,7 @@ fn one_process(
         waits,
         others,
         raw: format!("{STACKS_DIR}/{file}"),
+        node: None,
     };
     (st, threads, missing)
 }

@@ -70,6 +70,11 @@ struct Levels {
     by_level: Vec<(String, usize)>,
 }
 
+/// The heads of the catalogue's level messages, taken by `build.rs` (sorted).
+mod built {
+    include!(concat!(env!("OUT_DIR"), "/level_heads.rs"));
+}
+
 /// Characters of a message start used as the lookup key (every start is at least this long).
 const LEVEL_HEAD: usize = 10;
 
@@ -88,6 +93,13 @@ struct TorchSites {
 impl Sites {
     /// The built-in catalogue and hand-written fingerprints, parsed once per process (half a MB of
     /// TOML: a debug build took ~60 ms for each engine).
+    /// The built-in catalogue, or an empty one if it does not load (a test holds it loadable):
+    /// what the engine asks, on its first line that needs the catalogue.
+    pub fn builtin_or_empty() -> &'static Sites {
+        static EMPTY: OnceLock<Sites> = OnceLock::new();
+        Sites::builtin().unwrap_or_else(|_| EMPTY.get_or_init(Sites::default))
+    }
+
     pub fn builtin() -> Result<&'static Sites> {
         static S: OnceLock<Result<Sites, String>> = OnceLock::new();
         S.get_or_init(|| Sites::load_builtin().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow!("{e}"))
@@ -196,6 +208,12 @@ impl Sites {
 
     /// The entry of an NCCL line at `level` (WARN, INFO, ATTN) whose message changes level between
     /// releases: the releases that print it at that level, and the message start.
+    /// Whether `lookup_level` may know `msg`, asked without loading the catalogue: false for
+    /// nearly every INFO line, which then needs no catalogue at all.
+    pub fn may_have_level(msg: &str) -> bool {
+        built::LEVEL_HEADS.binary_search(&head(msg.trim_start())).is_ok()
+    }
+
     pub fn lookup_level(&self, level: &str, msg: &str) -> Option<(u32, &str)> {
         let msg = msg.trim_start();
         let l =
@@ -306,6 +324,39 @@ impl Sites {
             .find(|(tv, _)| *tv == t)
             .or_else(|| self.pins.iter().find(|(tv, _)| (tv.0, tv.1) == (t.0, t.1)))
             .copied()
+    }
+}
+
+impl Sites {
+    /// NCCL releases as a note shows them: runs of consecutive known releases (`2.26.2-2.29.3,
+    /// 2.30.7`), so a gap in the set is not hidden inside one span.
+    pub fn releases_text(&self, set: &[Version]) -> String {
+        runs_text(set, &self.releases)
+    }
+
+    /// torch releases as a note shows them (as `releases_text`).
+    pub fn torch_releases_text(&self, set: &[Version]) -> String {
+        runs_text(set, &self.torch.releases)
+    }
+
+    /// Whether the catalogue read release `v` (not only the hand-written fingerprints).
+    pub fn is_catalogued(&self, v: Version) -> bool {
+        self.releases.binary_search(&v).is_ok_and(|i| self.catalogued.contains(&i))
+    }
+
+    /// The releases that print NCCL entry `id` where it was seen, as a note shows them.
+    pub fn entry_releases_text(&self, id: u32) -> String {
+        let set = self.entries.get(id as usize).map(|e| &e.releases);
+        set.map(|s| span_text(s, &self.releases)).unwrap_or_default()
+    }
+}
+
+/// `set` (sorted) as runs of consecutive releases of `all`; a version `all` lacks stands alone.
+fn runs_text(set: &[Version], all: &[Version]) -> String {
+    let idx: Option<BTreeSet<usize>> = set.iter().map(|v| all.binary_search(v).ok()).collect();
+    match idx {
+        Some(idx) => span_text(&idx, all),
+        None => set.iter().map(Version::to_string).collect::<Vec<_>>().join(", "),
     }
 }
 
@@ -811,6 +862,18 @@ torch_releases = ["2.6.0", "2.7.1", "2.8.0"]
     fn bad_data_is_an_error_naming_the_file() {
         let e = Sites::from_parts(&CAT.replace("2.18.1..2.23.4", "2.18.1..9.9.9"), &[]).unwrap_err().to_string();
         assert!(e.contains(CATALOG_FILE) && e.contains("misc/socket.cc:50"), "{e}");
+    }
+
+    #[test]
+    fn the_builds_level_heads_are_the_catalogues() {
+        // `may_have_level` answers without the catalogue: it must never say no to a message the
+        // catalogue knows, nor drift from it.
+        let s = Sites::builtin().unwrap();
+        let mut heads: Vec<&str> = s.levels_by_head.keys().map(String::as_str).collect();
+        heads.sort_unstable();
+        assert_eq!(heads, built::LEVEL_HEADS);
+        assert!(s.levels.iter().all(|l| Sites::may_have_level(&format!("  {} and more", l.text))));
+        assert!(!Sites::may_have_level("Channel 00/0 : 1 -> 2 via P2P/CUMEM/read"));
     }
 
     #[test]

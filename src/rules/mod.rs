@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod engine;
 pub mod fixtures;
+pub mod pattern;
 pub mod schema;
 pub use crate::model::version;
 

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::pattern::{self, Refused};
 use super::version::Range;
 use crate::model::Severity;
 
@@ -280,23 +281,22 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     if def.patterns.is_empty() {
         bail!("{}", ctx("it has no patterns".into()));
     }
-    // Parsing is enough to validate (the engine compiles all patterns once, as one set); compiling
-    // each pattern here as well used to dominate the start-up of a small `explain`.
     for (i, p) in def.patterns.iter().enumerate() {
-        let hir = regex_syntax::Parser::new()
-            .parse(p)
-            .map_err(|e| anyhow::anyhow!("{}", ctx(format!("pattern {} is not a valid regex: {e}", i + 1))))?;
-        if hir.properties().minimum_len() == Some(0) {
-            bail!("{}", ctx(format!("pattern {} matches the empty line, so it would match every line", i + 1)));
+        // Built-in patterns were checked when the binary was built (`build.rs`).
+        if built::CHECKED.binary_search(&p.as_str()).is_ok() {
+            continue;
         }
-        // The set is compiled lazily, so a pattern too big to compile must be caught here:
-        // counted repetitions multiply what the compiler builds (`(\w{500}){500}`).
-        if expansion(&hir) > PATTERN_EXPANSION_MAX {
-            bail!(
-                "{}",
-                ctx(format!("pattern {} is too big to compile (its counted repetitions multiply past a limit)", i + 1))
-            );
-        }
+        let why = match pattern::check(p) {
+            Ok(()) => continue,
+            Err(Refused::Invalid(e)) => format!("pattern {} is not a valid regex: {e}", i + 1),
+            Err(Refused::MatchesEmpty) => {
+                format!("pattern {} matches the empty line, so it would match every line", i + 1)
+            }
+            Err(Refused::TooBig) => {
+                format!("pattern {} is too big to compile (its counted repetitions multiply past a limit)", i + 1)
+            }
+        };
+        bail!("{}", ctx(why));
     }
     let nccl = def
         .nccl
@@ -313,37 +313,17 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     Ok(Rule { def, nccl, torch, origin: origin.to_string() })
 }
 
-/// `pattern` with its word boundaries `\b` and `\B` made ASCII (`(?-u:\b)`), for the one
-/// `RegexSet` the engine runs on every line. A Unicode word boundary makes the regex crate's DFAs
-/// give up on any non-ASCII byte and fall back to its slowest engine: a log full of progress bars
-/// (`45%|████▌`) or non-English text then took ~400x longer per line. The two differ only next to
-/// a non-ASCII letter, where no rule's boundary is meant to fall.
-pub fn ascii_word_boundaries(pattern: &str) -> String {
-    if !pattern.contains("\\b") && !pattern.contains("\\B") {
-        return pattern.to_string();
-    }
-    let mut out = String::with_capacity(pattern.len() + 16);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        // An escape: a backslash and the character it escapes, as one unit (so `\\b` stays).
-        match chars.next() {
-            Some(b @ ('b' | 'B')) => {
-                out.push_str("(?-u:\\");
-                out.push(b);
-                out.push(')');
-            }
-            Some(e) => {
-                out.push('\\');
-                out.push(e);
-            }
-            None => out.push('\\'),
-        }
-    }
-    out
+pub use super::pattern::ascii_word_boundaries;
+
+/// The built-in patterns that `build.rs` found good (`pattern::check`), sorted.
+mod built {
+    include!(concat!(env!("OUT_DIR"), "/checked.rs"));
+}
+
+/// Whether `build.rs` checked `pattern` (the tests hold it to cover every built-in one).
+#[cfg(test)]
+pub(crate) fn checked_at_build(pattern: &str) -> bool {
+    built::CHECKED.binary_search(&pattern).is_ok()
 }
 
 /// All rules: built-in files, then user files/folders (a user rule replaces a built-in one by id).
@@ -435,23 +415,6 @@ pub fn load_fingerprints() -> Result<Vec<Fingerprint>> {
     let text = embedded().iter().find(|(p, _)| *p == FINGERPRINTS_FILE).map(|(_, t)| *t).unwrap_or("nccl = []");
     let f: FingerprintFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{FINGERPRINTS_FILE}: {e}"))?;
     Ok(f.nccl)
-}
-
-/// About how many pieces a pattern compiles to, counted repetitions multiplied out (bounded
-/// ones by their maximum, open ones by their minimum plus one).
-const PATTERN_EXPANSION_MAX: u64 = 100_000;
-
-fn expansion(h: &regex_syntax::hir::Hir) -> u64 {
-    use regex_syntax::hir::HirKind;
-    match h.kind() {
-        HirKind::Repetition(r) => {
-            let n = u64::from(r.max.unwrap_or(r.min).max(1));
-            n.saturating_mul(expansion(&r.sub))
-        }
-        HirKind::Capture(c) => expansion(&c.sub),
-        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().map(expansion).fold(0u64, u64::saturating_add),
-        _ => 1,
-    }
 }
 
 #[cfg(test)]

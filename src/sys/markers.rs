@@ -30,58 +30,72 @@ pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
     let mut out: BTreeMap<String, RankMarkers> = BTreeMap::new();
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
-        let line = String::from_utf8_lossy(&line);
-        let Some(rest) = line.trim_end_matches('\r').strip_prefix(PREFIX) else { continue };
-        let mut rank = None;
-        let mut phase = None;
-        let mut t = None;
-        let mut keys = Vec::new();
-        // `note: <free text>` ends the key=value part of a line.
-        let (rest, note) = match rest.split_once(" note: ") {
-            Some((head, n)) => (head, Some(n.trim().to_string())),
-            None => (rest, None),
-        };
-        for tok in rest.split_whitespace() {
-            let Some((k, v)) = tok.split_once('=') else { continue };
-            match k {
-                "rank" => rank = Some(v.to_string()),
-                "phase" => phase = Some(v.to_string()),
-                "t" => t = v.parse::<f64>().ok(),
-                _ => keys.push((k.to_string(), v.to_string())),
-            }
-        }
-        let Some(rank) = rank else { continue };
-        let m = out.entry(rank).or_default();
-        m.last = line.trim_end_matches('\r')[PREFIX.len()..]
-            .split_whitespace()
-            .filter(|t| !t.starts_with("rank="))
-            .collect::<Vec<_>>()
-            .join(" ");
-        match (phase, t) {
-            (Some(p), Some(t)) => {
-                m.phases.insert(p, t);
-            }
-            (Some(p), None) => {
-                m.keys.insert("phase".into(), p);
-            }
-            (None, Some(t)) => {
-                m.keys.insert("t".into(), t.to_string());
-            }
-            (None, None) => {}
-        }
-        for (k, v) in keys {
-            m.keys.insert(k, v);
-        }
-        m.notes.extend(note);
+        feed(&mut out, &line);
     }
     out
 }
 
-pub fn parse_file(path: &Path) -> BTreeMap<String, RankMarkers> {
-    match std::fs::File::open(path) {
-        Ok(f) => parse(std::io::BufReader::new(f)),
-        Err(_) => BTreeMap::new(),
+/// The markers of one line.
+fn feed(out: &mut BTreeMap<String, RankMarkers>, line: &[u8]) {
+    if !line.starts_with(PREFIX.as_bytes()) {
+        return;
     }
+    let line = String::from_utf8_lossy(line);
+    let Some(rest) = line.trim_end_matches('\r').strip_prefix(PREFIX) else { return };
+    let mut rank = None;
+    let mut phase = None;
+    let mut t = None;
+    let mut keys = Vec::new();
+    // `note: <free text>` ends the key=value part of a line.
+    let (rest, note) = match rest.split_once(" note: ") {
+        Some((head, n)) => (head, Some(n.trim().to_string())),
+        None => (rest, None),
+    };
+    for tok in rest.split_whitespace() {
+        let Some((k, v)) = tok.split_once('=') else { continue };
+        match k {
+            "rank" => rank = Some(v.to_string()),
+            "phase" => phase = Some(v.to_string()),
+            "t" => t = v.parse::<f64>().ok(),
+            _ => keys.push((k.to_string(), v.to_string())),
+        }
+    }
+    let Some(rank) = rank else { return };
+    let m = out.entry(rank).or_default();
+    m.last = line.trim_end_matches('\r')[PREFIX.len()..]
+        .split_whitespace()
+        .filter(|t| !t.starts_with("rank="))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match (phase, t) {
+        (Some(p), Some(t)) => {
+            m.phases.insert(p, t);
+        }
+        (Some(p), None) => {
+            m.keys.insert("phase".into(), p);
+        }
+        (None, Some(t)) => {
+            m.keys.insert("t".into(), t.to_string());
+        }
+        (None, None) => {}
+    }
+    for (k, v) in keys {
+        m.keys.insert(k, v);
+    }
+    m.notes.extend(note);
+}
+
+/// The markers of a log file, read a line at a time with each line's length bounded, so that a
+/// job printing gigabytes without a newline (a `\r` progress bar) costs no more than one line.
+pub fn parse_file(path: &Path) -> BTreeMap<String, RankMarkers> {
+    let mut out = BTreeMap::new();
+    let Ok(mut r) = crate::log::input::open(&crate::log::input::Input::File(path.to_path_buf()), None) else {
+        return out;
+    };
+    while let Ok(Some(line)) = r.next_line() {
+        feed(&mut out, line);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -31,6 +31,9 @@ pub struct LaunchConfig {
     /// slurm: partition and time limit of the allocation epdoctor asks for.
     pub partition: Option<String>,
     pub time: Option<String>,
+    /// slurm: how long a pending allocation request is waited for, and whether salloc may not wait at all.
+    pub alloc_timeout_s: f64,
+    pub immediate: bool,
     /// slurm: more arguments for every srun.
     pub srun_args: Vec<String>,
     /// torchrun: rendezvous endpoint HOST:PORT (None: a local one).
@@ -209,6 +212,8 @@ pub fn acquire(
     cfg: &LaunchConfig,
     ranks_flag: Option<usize>,
     workload: &Workload,
+    stop: &dyn super::launch::Interrupts,
+    say: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Box<dyn Launcher>> {
     Ok(match cfg.launcher {
         LauncherKind::Local => Box::new(local::Local),
@@ -219,7 +224,7 @@ pub fn acquire(
                 (Workload::Builtin { ranks }, None) => Some(*ranks),
                 _ => None,
             };
-            Box::new(slurm::Slurm::new(slurm::Allocation::acquire(cfg, ranks)?))
+            Box::new(slurm::Slurm::new(slurm::Allocation::acquire(cfg, ranks, stop, say)?))
         }
         LauncherKind::Torchrun => Box::new(torchrun::Torchrun { cfg: cfg.clone(), ranks_flag }),
     })

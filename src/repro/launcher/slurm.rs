@@ -20,16 +20,18 @@ use regex::Regex;
 
 use super::{CellCtx, Finish, LaunchConfig, Launcher, Ranks};
 use crate::model::run::{
-    CellLaunch, LauncherOut, LeftoverProcess, Leftovers, NodeLeftovers, Outcome, Process, SlurmAllocation,
+    CellLaunch, LauncherOut, LeftoverProcess, Leftovers, NodeLeftovers, NodeStacks, Outcome, Process, SlurmAllocation,
 };
 use crate::repro::launch::{self, Execution, Interrupts, Limits, Spec, Stopper};
 use crate::repro::leftovers::{self as lo, Membership};
+use crate::repro::stacks::{self, Capture};
 use crate::repro::CELL_ENV;
 
 /// srun's own messages (its stderr), under the cell folder; not a rank's log.
 pub const SRUN_LOG: &str = "slurm/srun.log";
-const PROBE_LOG: &str = "slurm/probe.log";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+/// py-spy and eu-stack get 30 s each per process (stacks::TOOL_LIMIT), all processes at once.
+const STACKS_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The allocation the cells run in (`info`: what cells.json records of it); an allocation
 /// epdoctor asked for is given back when this is dropped.
@@ -76,6 +78,22 @@ impl Launcher for Slurm {
         Membership { pgids, env: None, orphans: false }
     }
 
+    /// Every task's stack from its node; srun's own (this host) only when no node answered.
+    fn stacks(&self, cell: &CellCtx, alive: &[(String, i32)]) -> Capture {
+        let t0 = std::time::Instant::now();
+        let (nodes, lines) = self.alloc.stacks(cell.dir, &cell.tag);
+        let mut cap = if nodes.iter().any(|n| !n.stacks.is_empty()) {
+            stacks::write(cell.dir, nodes, t0)
+        } else {
+            let here = lo::cell_processes(&self.membership(cell, alive.iter().map(|(_, p)| *p).collect()));
+            let mut cap = stacks::capture(&here, alive, cell.dir);
+            cap.notes.extend(nodes.into_iter().flat_map(|n| n.notes));
+            cap
+        };
+        cap.notes.extend(lines);
+        cap
+    }
+
     /// Every node's probe, then what srun left on this host.
     fn leftovers(&self, cell: &CellCtx, ex: &Execution) -> (Leftovers, Vec<String>) {
         let (mut left, lines) = self.alloc.probe(cell.dir, &cell.tag, ex.start_unix);
@@ -116,8 +134,14 @@ pub struct Stops {
 }
 
 impl Allocation {
-    /// The current allocation (SLURM_JOB_ID), else a new one from salloc.
-    pub fn acquire(l: &LaunchConfig, ranks: Option<usize>) -> anyhow::Result<Allocation> {
+    /// The current allocation (SLURM_JOB_ID), else a new one from salloc (what it waits for goes
+    /// to `say`; an interrupt or `--alloc-timeout` cancels the request).
+    pub fn acquire(
+        l: &LaunchConfig,
+        ranks: Option<usize>,
+        stop: &dyn Interrupts,
+        say: &mut dyn FnMut(&str),
+    ) -> anyhow::Result<Allocation> {
         let exe = std::env::current_exe().context("finding epdoctor's own executable for the leftovers probe")?;
         let mut geometry = Vec::new();
         if let Some(n) = l.nodes {
@@ -131,7 +155,7 @@ impl Allocation {
         }
         let (job_id, owned) = match std::env::var("SLURM_JOB_ID") {
             Ok(j) if !j.trim().is_empty() => (j.trim().to_string(), false),
-            _ => (salloc(l, &geometry)?, true),
+            _ => (salloc(l, &geometry, stop, say)?, true),
         };
         let info = SlurmAllocation { job_id, owned, nodes: Vec::new() };
         let mut a = Allocation { info, geometry, srun_args: l.srun_args.clone(), exe };
@@ -237,47 +261,78 @@ impl Allocation {
     /// Run the leftovers probe on every node of the allocation: each node lists (and kills) the
     /// processes carrying the cell's tag, its NCCL sockets and the /dev/shm files since `since`.
     pub fn probe(&self, cell_dir: &Path, tag: &str, since: f64) -> (Leftovers, Vec<String>) {
+        let args = ["--leftovers", "--cell", tag, "--since", &format!("{since}"), "--kill"];
+        let (nodes, lines) =
+            self.on_every_node::<NodeLeftovers>(cell_dir, "probe", "leftovers probe", &args, PROBE_TIMEOUT);
+        let lines = lines.into_iter().map(|l| format!("{} {l}", launch::HARNESS_PREFIX)).collect();
+        let mut left = Leftovers::default();
+        for nl in nodes {
+            left.processes.extend(nl.leftovers.processes.into_iter().map(|mut p| {
+                p.node = Some(nl.node.clone());
+                p
+            }));
+            left.shm.extend(nl.leftovers.shm);
+            left.sockets.extend(nl.leftovers.sockets);
+            left.probed_nodes.push(nl.node);
+        }
+        (left, lines)
+    }
+
+    /// At the deadline, before scancel: every task's stack, taken on its node (py-spy, eu-stack,
+    /// /proc there) by the stack probe, each labelled by the task's SLURM_PROCID.
+    pub fn stacks(&self, cell_dir: &Path, tag: &str) -> (Vec<NodeStacks>, Vec<String>) {
+        let (mut nodes, lines) = self.on_every_node::<NodeStacks>(
+            cell_dir,
+            "stacks",
+            "stack probe",
+            &["--stacks", "--cell", tag],
+            STACKS_TIMEOUT,
+        );
+        for n in &mut nodes {
+            for s in &mut n.stacks {
+                s.stack.node = Some(n.node.clone());
+            }
+        }
+        (nodes, lines)
+    }
+
+    /// `epdoctor env ARGS --format json` once on every node of the allocation, in a step that may
+    /// run while the cell's step holds the CPUs (`--overlap`); each node's answer, and a line for
+    /// each node or step that gave none.
+    fn on_every_node<T: serde::de::DeserializeOwned>(
+        &self,
+        cell_dir: &Path,
+        name: &str,
+        what: &str,
+        env_args: &[&str],
+        timeout: Duration,
+    ) -> (Vec<T>, Vec<String>) {
         let mut lines = Vec::new();
         let n = self.info.nodes.len().max(1);
         let dir = cell_dir.to_string_lossy();
         let args: Vec<OsString> = [
             format!("--jobid={}", self.info.job_id),
-            "--job-name=epdoctor-leftovers".into(),
+            format!("--job-name=epdoctor-{name}"),
             format!("--nodes={n}"),
             "--ntasks-per-node=1".into(),
-            // The probe must run even while a cell's step still holds the CPUs.
             "--overlap".into(),
             "--export=ALL".into(),
             "--input=none".into(),
-            format!("--output={dir}/slurm/probe.%t.json"),
+            format!("--output={dir}/slurm/{name}.%t.json"),
             // Anything on stderr must not spoil the JSON.
-            format!("--error={dir}/slurm/probe.%t.err"),
+            format!("--error={dir}/slurm/{name}.%t.err"),
         ]
         .into_iter()
         .map(OsString::from)
-        .chain([
-            self.exe.clone().into(),
-            "env".into(),
-            "--leftovers".into(),
-            "--cell".into(),
-            tag.into(),
-            "--since".into(),
-            format!("{since}").into(),
-            "--kill".into(),
-            "--format".into(),
-            "json".into(),
-        ])
+        .chain([self.exe.clone().into(), "env".into()])
+        .chain(env_args.iter().map(OsString::from))
+        .chain(["--format".into(), "json".into()])
         .collect();
         // The probe itself must not carry the cell's tag.
         let env = BTreeMap::from([(CELL_ENV.to_string(), None)]);
-        let spec = Spec {
-            label: "leftovers-probe".into(),
-            program: "srun".into(),
-            args,
-            env,
-            log: cell_dir.join(PROBE_LOG),
-            stopper: None,
-        };
+        let log = format!("slurm/{name}.log");
+        let spec =
+            Spec { label: what.into(), program: "srun".into(), args, env, log: cell_dir.join(&log), stopper: None };
         struct Never;
         impl Interrupts for Never {
             fn count(&self) -> usize {
@@ -287,40 +342,24 @@ impl Allocation {
                 String::new()
             }
         }
-        let limits = Limits { timeout: PROBE_TIMEOUT, grace: Duration::from_secs(3) };
+        let limits = Limits { timeout, grace: Duration::from_secs(3) };
         let ex = launch::execute(&[spec], &limits, &Never, &mut || {}, &mut |_| Vec::new());
         let o = &ex.outcomes[0];
         if o.exit_code != Some(0) {
-            lines.push(format!(
-                "{} leftovers probe (srun on every node) ended {}; see {PROBE_LOG}",
-                launch::HARNESS_PREFIX,
-                o.short()
-            ));
+            lines.push(format!("{what} (srun on every node) ended {}; see {log}", o.short()));
         }
-        let mut left = Leftovers::default();
+        let mut out = Vec::new();
         for t in 0..n {
-            let p = cell_dir.join(format!("slurm/probe.{t}.json"));
-            let node: Result<NodeLeftovers, String> = std::fs::read_to_string(&p)
+            let p = cell_dir.join(format!("slurm/{name}.{t}.json"));
+            match std::fs::read_to_string(&p)
                 .map_err(|e| e.to_string())
-                .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()));
-            match node {
-                Ok(nl) => {
-                    left.processes.extend(nl.leftovers.processes.into_iter().map(|mut p| {
-                        p.node = Some(nl.node.clone());
-                        p
-                    }));
-                    left.shm.extend(nl.leftovers.shm);
-                    left.sockets.extend(nl.leftovers.sockets);
-                    left.probed_nodes.push(nl.node);
-                }
-                Err(e) => lines.push(format!(
-                    "{} leftovers probe task {t}: no answer ({}: {e})",
-                    launch::HARNESS_PREFIX,
-                    p.display()
-                )),
+                .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+            {
+                Ok(v) => out.push(v),
+                Err(e) => lines.push(format!("{what} task {t}: no answer ({}: {e})", p.display())),
             }
         }
-        (left, lines)
+        (out, lines)
     }
 }
 
@@ -332,7 +371,18 @@ impl Drop for Allocation {
     }
 }
 
-fn salloc(l: &LaunchConfig, geometry: &[String]) -> anyhow::Result<String> {
+/// Ask salloc for an allocation and wait for it, saying what salloc says and why the job is
+/// pending; after `--alloc-timeout`, or on SIGINT/SIGTERM/SIGHUP to epdoctor, the request is
+/// cancelled (scancel on the pending job, then salloc itself is stopped) and this fails.
+fn salloc(
+    l: &LaunchConfig,
+    geometry: &[String],
+    stop: &dyn Interrupts,
+    say: &mut dyn FnMut(&str),
+) -> anyhow::Result<String> {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    use std::time::Instant;
     let mut c = Command::new("salloc");
     c.args(["--no-shell", "--job-name=epdoctor-repro"]).args(geometry);
     if let Some(p) = &l.partition {
@@ -341,13 +391,134 @@ fn salloc(l: &LaunchConfig, geometry: &[String]) -> anyhow::Result<String> {
     if let Some(t) = &l.time {
         c.arg(format!("--time={t}"));
     }
-    let out = c.stdin(Stdio::null()).output().context("starting salloc (is Slurm installed?)")?;
-    let err = String::from_utf8_lossy(&out.stderr);
+    if l.immediate {
+        c.arg("--immediate");
+    }
+    // Its own process group: a Ctrl-C at the terminal reaches epdoctor only, which cancels in order.
+    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
+    let mut child = c.spawn().context("starting salloc (is Slurm installed?)")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let err = child.stderr.take().context("salloc's stderr")?;
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait = Duration::from_secs_f64(l.alloc_timeout_s);
+    let t0 = Instant::now();
+    let mut said: Vec<String> = Vec::new();
+    let mut job: Option<String> = None;
+    let mut reason: Option<String> = None;
+    let (mut next_look, mut next_say) = (t0, t0 + Duration::from_secs(10));
+    // Each salloc line is said as it comes; `Pending job allocation J` gives the job to cancel.
+    let take = |said: &mut Vec<String>, job: &mut Option<String>, line: String, say: &mut dyn FnMut(&str)| {
+        if let Some(c) = PENDING.captures(&line) {
+            *job = Some(c[1].to_string());
+        }
+        if !line.trim().is_empty() {
+            say(line.trim());
+        }
+        said.push(line);
+    };
+    let give_up = loop {
+        while let Ok(line) = rx.try_recv() {
+            take(&mut said, &mut job, line, say);
+        }
+        if child.try_wait().context("waiting for salloc")?.is_some() {
+            break None;
+        }
+        if stop.count() > 0 {
+            break Some(format!("interrupted by {} while salloc waited for an allocation", stop.name()));
+        }
+        if t0.elapsed() >= wait {
+            break Some(format!(
+                "no allocation after {} s (--alloc-timeout; --immediate gives up at once)",
+                l.alloc_timeout_s
+            ));
+        }
+        let now = Instant::now();
+        if let Some(j) = job.as_deref().filter(|_| now >= next_look) {
+            next_look = now + Duration::from_secs(1);
+            let r = pending_reason(j);
+            if r.is_some() && (r != reason || now >= next_say) {
+                next_say = now + Duration::from_secs(10);
+                say(&format!(
+                    "job {j} pending ({}), {:.0} s of {} s",
+                    r.as_deref().unwrap_or("?"),
+                    t0.elapsed().as_secs_f64(),
+                    l.alloc_timeout_s
+                ));
+                reason = r;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if let Some(why) = give_up {
+        let cancelled = cancel_request(&mut child, job.as_deref());
+        let _ = reader.join();
+        while let Ok(line) = rx.try_recv() {
+            take(&mut said, &mut job, line, say);
+        }
+        let pending = reason.map(|r| format!(", pending: {r}")).unwrap_or_default();
+        let what = match &job {
+            Some(j) => format!("job {j}{pending}: {cancelled}"),
+            None => format!("no job id yet: {cancelled}"),
+        };
+        bail!("salloc: {why}; {what}");
+    }
+    let _ = reader.join();
+    while let Ok(line) = rx.try_recv() {
+        take(&mut said, &mut job, line, say);
+    }
+    let status = child.wait().context("waiting for salloc")?;
+    let err = said.join("\n");
     static GRANTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"Granted job allocation (\d+)").unwrap());
     match GRANTED.captures(&err) {
-        Some(c) if out.status.success() => Ok(c[1].to_string()),
-        _ => bail!("salloc did not grant an allocation ({}): {}", out.status, err.trim()),
+        Some(c) if status.success() => Ok(c[1].to_string()),
+        _ => bail!("salloc did not grant an allocation ({status}): {}", err.trim()),
     }
+}
+
+// salloc's words while it waits (Slurm 22.05): `salloc: Pending job allocation 13`.
+static PENDING: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"Pending job allocation (\d+)").unwrap());
+
+/// Why Slurm keeps job `job` pending (squeue's reason: Resources, Priority, PartitionConfig...).
+fn pending_reason(job: &str) -> Option<String> {
+    let out = output(Command::new("squeue").args(["--noheader", "--jobs", job, "--format", "%r"])).ok()?;
+    Some(out.trim().to_string()).filter(|r| !r.is_empty() && r != "None")
+}
+
+/// Cancel a pending request: scancel the job when its id is known, then stop salloc (TERM, then
+/// KILL), so neither a pending job nor an orphan salloc is left.
+fn cancel_request(child: &mut std::process::Child, job: Option<&str>) -> String {
+    let mut done = Vec::new();
+    if let Some(j) = job {
+        match Command::new("scancel").arg(j).stdin(Stdio::null()).output() {
+            Ok(o) if o.status.success() => done.push(format!("scancel {j}: ok")),
+            Ok(o) => done.push(format!("scancel {j} failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+            Err(e) => done.push(format!("scancel {j} could not start: {e}")),
+        }
+    }
+    let pid = child.id() as i32;
+    for sig in [Signal::SIGTERM, Signal::SIGKILL] {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        launch::signal_group(pid, sig);
+        for _ in 0..100 {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    done.push(match child.try_wait() {
+        Ok(Some(s)) => format!("salloc ended ({s})"),
+        _ => "salloc did not end after SIGKILL".to_string(),
+    });
+    done.join(", ")
 }
 
 fn output(c: &mut Command) -> anyhow::Result<String> {
@@ -497,6 +668,19 @@ fn task_list(s: &str) -> Vec<usize> {
         }
     }
     out
+}
+
+/// This node's part of a cell's stacks at the deadline: each task's process carrying the tag, its
+/// rank from SLURM_PROCID (srun, which carries the tag too when it runs on this node, has none).
+pub fn stacks_here(cell: &str) -> NodeStacks {
+    let m = Membership { pgids: Vec::new(), env: Some((CELL_ENV.into(), cell.into())), orphans: false };
+    let mut procs = lo::cell_processes(&m);
+    procs.retain(|p| {
+        crate::sys::procs::environ_var(Path::new(&format!("/proc/{}", p.pid)), stacks::SLURM_RANK_VAR).is_some()
+    });
+    let mut n = stacks::take_here(&procs, &[], Path::new(cell), stacks::SLURM_RANK_VAR);
+    n.node = crate::sys::hostname().unwrap_or_default();
+    n
 }
 
 /// This node's part of a cell's leftovers: processes carrying the tag (killed with `kill`), the

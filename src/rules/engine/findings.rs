@@ -137,7 +137,7 @@ impl Engine {
             if let Some(n) = laggards(&a.hits, ranks) {
                 finding.add_context(n);
             }
-            if let Some(n) = a.hits.iter().find_map(|h| h.leveled).and_then(|id| self.sites_db.level_note(id)) {
+            if let Some(n) = a.hits.iter().find_map(|h| h.leveled).and_then(|id| self.sites().level_note(id)) {
                 finding.add_context(n);
             }
             known_finding(&mut finding, &a.hits);

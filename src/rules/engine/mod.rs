@@ -100,8 +100,6 @@ pub struct Engine {
     pub rules: Vec<Rule>,
     markers: Vec<(Marker, Regex)>,
     outcome_markers: Vec<OutcomeMarker>,
-    /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml).
-    sites_db: &'static Sites,
     /// The rule each class of catalogued message gets when no rule reads its line (rules/known-sites.toml).
     known_rules: Vec<(KnownClass, usize)>,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
@@ -135,7 +133,6 @@ impl Engine {
     pub fn new(rules: Vec<Rule>) -> Result<Engine> {
         let markers = schema::load_markers()?;
         let outcome_markers = schema::load_outcome_markers()?;
-        let sites_db = Sites::builtin()?;
         let nccl_version_re =
             Regex::new(r"(?:NCCL version |^\[epdoctor\] rank=\d+ .*\bnccl_version=)(\d+\.\d+\.\d+)(\S*)").unwrap();
         let rank_map_re = Regex::new(r"comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)").unwrap();
@@ -173,7 +170,7 @@ impl Engine {
             pats.push(schema::ascii_word_boundaries(re.as_str()));
             slots.push(Slot::Internal(k));
         }
-        let ascii_ok = pats.iter().all(|p| log::prefilter::ascii_safe(p));
+        let ascii_ok = pats.iter().all(|p| log::literals::ascii_safe(p));
         let known_rules = KnownClass::ALL
             .into_iter()
             .filter_map(|c| rules.iter().position(|r| r.def.id == c.rule_id()).map(|i| (c, i)))
@@ -200,7 +197,6 @@ impl Engine {
             rules,
             markers,
             outcome_markers,
-            sites_db,
             known_rules,
             ascii_set: OnceLock::new(),
             ascii_ok,
@@ -230,6 +226,12 @@ impl Engine {
     pub fn set_chunking(&mut self, bytes: u64, threads: usize) {
         self.chunk_size = bytes.max(1);
         self.chunk_threads = Some(threads);
+    }
+
+    /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml),
+    /// loaded on first need: a log without warnings may need none.
+    fn sites(&self) -> &'static Sites {
+        Sites::builtin_or_empty()
     }
 
     fn prefilter(&self) -> &log::Prefilter {

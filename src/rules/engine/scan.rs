@@ -12,6 +12,7 @@ use super::versions::{add_version, offer_version, version_tail, LEVEL_SITE, TORC
 use super::{Engine, Internal, Slot, HIT_TEXT_MAX, RANK_MAP_CAP, READ_AHEAD, REFERENCE, SITES_CAP};
 use crate::log::records::{Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
+use crate::rules::catalog::Sites;
 use crate::rules::schema::{Outcome, Phase};
 
 impl Engine {
@@ -432,17 +433,17 @@ impl Engine {
         // sites); torch's C++ lines, keyed apart (`torch File.cpp:LINE`).
         let known = match (rec.kind, level, rec.site) {
             (log::Kind::Nccl, Level::Warn | Level::Attn, Some((f, ln))) => {
-                self.sites_db.lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
+                self.sites().lookup(f, ln, rec.msg).map(|id| (format!("{f}:{ln}"), id))
             }
             (log::Kind::Torch, _, Some((f, ln))) => {
-                self.sites_db.lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
+                self.sites().lookup_torch(f, ln, rec.msg).map(|id| (format!("{TORCH_SITE}{f}:{ln}"), id))
             }
             _ => None,
         };
         // The level of a message NCCL prints at different levels by release (INFO lines too).
         let leveled = match (rec.kind, level) {
-            (log::Kind::Nccl, Level::Info | Level::Attn | Level::Warn) => self
-                .sites_db
+            (log::Kind::Nccl, Level::Info | Level::Attn | Level::Warn) if Sites::may_have_level(rec.msg) => self
+                .sites()
                 .lookup_level(level.nccl_name(), rec.msg)
                 .map(|(id, text)| (id, format!("{LEVEL_SITE}{} `{text}`", level.nccl_name()))),
             _ => None,

@@ -8,6 +8,26 @@ fn engine() -> Engine {
     e
 }
 
+#[test]
+fn the_builds_tables_cover_every_builtin_pattern() {
+    // Else a small log's start-up parses them again (and the tables are stale).
+    let e = Engine::new(schema::load_rules(&[]).unwrap()).unwrap();
+    let missing: Vec<&String> = e
+        .pats
+        .iter()
+        .zip(&e.slots)
+        .filter(|(p, s)| !matches!(s, Slot::Internal(_)) && !crate::log::prefilter::in_build_table(p))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(missing.is_empty(), "not in the build's literal table: {missing:?}");
+    let unchecked: Vec<&String> =
+        e.rules.iter().flat_map(|r| &r.def.patterns).filter(|p| !schema::checked_at_build(p)).collect();
+    assert!(unchecked.is_empty(), "not checked by the build: {unchecked:?}");
+    // A pattern the build did not see is still checked when loaded.
+    let bad = "[[rule]]\nid = \"x\"\ntitle = \"t\"\ncategory = \"teardown\"\nseverity = \"warning\"\npatterns = ['a|']\nroot_cause = \"r\"\nfix = \"f\"\n";
+    assert!(schema::parse_rule_file("u.toml", bad).unwrap_err().to_string().contains("matches the empty line"));
+}
+
 fn mem(name: &str, text: String) -> Input {
     Input::Memory { name: name.to_string(), text }
 }

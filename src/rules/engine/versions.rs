@@ -14,11 +14,25 @@ impl Engine {
     pub(crate) fn versions(&self, st: &mut State, opts: &Options) -> Versions {
         let mut notes = Vec::new();
         // With several, the lowest: the choice must not depend on the order of the rank files.
-        let stated_nccl = st.nccl_versions.first().cloned();
-        if st.nccl_versions.len() > 1 {
+        // `2.22.3` and `2.22.3+cuda12.5` (the version line and a plugin's, say) are one release:
+        // the fuller string is said, once.
+        let release = |s: &String| Version::parse(s).map_or_else(|| s.clone(), |v| v.to_string());
+        let mut distinct: Vec<&String> = Vec::new();
+        for v in &st.nccl_versions {
+            match distinct.last_mut() {
+                Some(last) if release(last) == release(v) => {
+                    if v.len() > last.len() {
+                        *last = v;
+                    }
+                }
+                _ => distinct.push(v),
+            }
+        }
+        let stated_nccl = distinct.first().map(|s| s.to_string());
+        if distinct.len() > 1 {
             st.notes.push(format!(
                 "the log shows several NCCL versions: {}; the rules use the lowest",
-                st.nccl_versions.join(", ")
+                distinct.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
             ));
         }
         let note = |value: String, how: &str, detail: String| VersionNote {
@@ -46,7 +60,7 @@ impl Engine {
             _ => None,
         });
         if open {
-            let pin = torch_one.as_deref().and_then(|t| self.sites_db.torch_pin_note(t));
+            let pin = torch_one.as_deref().and_then(|t| self.sites().torch_pin_note(t));
             let pinned = pin.as_ref().and_then(|p| Version::parse(&p.value));
             match (inferred, pin, pinned) {
                 // The pin, where the log's sites allow it (or say nothing): one release, not a span.
@@ -55,7 +69,7 @@ impl Engine {
                     notes.push(pin);
                 }
                 (Some((set, sites)), pin, _) => {
-                    let value = span(&set);
+                    let value = self.sites().releases_text(&set);
                     if let (Some(pin), Some(t)) = (pin, &torch_one) {
                         st.notes.push(format!(
                             "torch {t}'s PyPI wheel pins NCCL {}, which the log's NCCL lines rule out (they \
@@ -65,6 +79,11 @@ impl Engine {
                     }
                     notes.push(note(value, "inferred", inferred_from(&sites)));
                     nccl = set;
+                }
+                (None, None, _) => {
+                    if let Some(detail) = self.nccl_conflict(&st.sites) {
+                        notes.push(note("unknown".into(), "conflicting", detail));
+                    }
                 }
                 _ => {}
             }
@@ -81,7 +100,7 @@ impl Engine {
         } else if let Some((set, sites)) = inferred_torch {
             notes.push(VersionNote {
                 component: "torch".into(),
-                value: span(&set),
+                value: self.sites().torch_releases_text(&set),
                 how: "inferred".into(),
                 detail: format!("from the file:line of torch's C++ log lines {}", sites.join(", ")),
             });
@@ -100,8 +119,8 @@ impl Engine {
         };
         for (key, id) in &st.sites {
             let Some(what) = key.strip_prefix(LEVEL_SITE) else { continue };
-            if self.sites_db.entry_has(*id, v) == Some(false) {
-                let levels = self.sites_db.levels_text(*id).unwrap_or_default();
+            if self.sites().entry_has(*id, v) == Some(false) {
+                let levels = self.sites().levels_text(*id).unwrap_or_default();
                 st.notes.push(format!(
                     "the log shows {what}, a level NCCL {} does not print it at (catalogue: {levels}): that \
                      line came from another NCCL library than the version line's (a system libnccl beside \
@@ -125,7 +144,12 @@ impl Engine {
                     Gate::Unknown if cands.is_empty() => said.push(format!("{lib} {text}")),
                     Gate::Unknown => {
                         said.push(format!("{lib} {text}"));
-                        narrowed.push(format!("{lib} to {}", span(cands)));
+                        let runs = if lib == "NCCL" {
+                            self.sites().releases_text(cands)
+                        } else {
+                            self.sites().torch_releases_text(cands)
+                        };
+                        narrowed.push(format!("{lib} to {runs}"));
                     }
                     _ => {}
                 }
@@ -150,7 +174,14 @@ impl Engine {
     /// The NCCL releases whose WARN sites explain every site seen (intersection), if any.
     pub(crate) fn infer_nccl(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let nccl = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE));
-        let set = self.sites_db.infer_set(nccl.clone().map(|(_, id)| *id));
+        // No site, no release (and no catalogue to load).
+        nccl.clone().next()?;
+        let mut set = self.sites().infer_set(nccl.clone().map(|(_, id)| *id));
+        // A level word alone tells nothing of releases the catalogue did not read (2.17.1 from a
+        // `WARN Cuda failure` that every catalogued release prints at WARN).
+        if nccl.clone().all(|(s, _)| s.starts_with(LEVEL_SITE)) {
+            set.retain(|v| self.sites().is_catalogued(*v));
+        }
         if set.is_empty() {
             return None;
         }
@@ -159,10 +190,32 @@ impl Engine {
         Some((set, used))
     }
 
+    /// Why the log's NCCL lines allow no release together: each with the releases that print it so
+    /// (None: fewer than two such lines, nothing to contradict).
+    fn nccl_conflict(&self, sites: &BTreeSet<(String, u32)>) -> Option<String> {
+        let nccl: Vec<&(String, u32)> = sites.iter().filter(|(s, _)| !s.starts_with(TORCH_SITE)).collect();
+        if nccl.len() < 2 || !self.sites().infer_set(nccl.iter().map(|(_, id)| *id)).is_empty() {
+            return None;
+        }
+        let each: Vec<String> = nccl
+            .iter()
+            .map(|(s, id)| {
+                let site = s.strip_prefix(LEVEL_SITE).unwrap_or(s);
+                format!("{site} is {}", self.sites().entry_releases_text(*id))
+            })
+            .collect();
+        Some(format!(
+            "the log's NCCL lines fit no one release: {} (two libnccl in one job, or lines of a build the \
+             catalogue did not read)",
+            each.join("; ")
+        ))
+    }
+
     /// The torch releases whose C++ sites explain every torch site seen, if any.
     pub(crate) fn infer_torch(&self, sites: &BTreeSet<(String, u32)>) -> Option<(Vec<Version>, Vec<String>)> {
         let torch = sites.iter().filter_map(|(s, id)| Some((s.strip_prefix(TORCH_SITE)?, *id)));
-        let set = self.sites_db.infer_torch_set(torch.clone().map(|(_, id)| id));
+        torch.clone().next()?;
+        let set = self.sites().infer_torch_set(torch.clone().map(|(_, id)| id));
         if set.is_empty() {
             return None;
         }
@@ -220,15 +273,6 @@ impl Versions {
     /// The one torch release the log allows, for the JSON.
     pub(crate) fn torch_out(&self) -> Option<String> {
         (self.torch.len() == 1).then(|| self.torch[0].to_string())
-    }
-}
-
-/// Releases in order as a note shows them: `2.30.3-2.31.2`, or one release.
-fn span(set: &[Version]) -> String {
-    match (set.first(), set.last()) {
-        (Some(a), Some(b)) if a == b => a.to_string(),
-        (Some(a), Some(b)) => format!("{a}-{b}"),
-        _ => String::new(),
     }
 }
 
