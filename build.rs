@@ -117,17 +117,20 @@ fn patterns(root: &Path, files: &[PathBuf]) {
     }
     checked.push_str("];\n");
     std::fs::write(out.join("checked.rs"), checked).unwrap();
-    let run: BTreeMap<String, Vec<literals::Factor>> = all
+    #[allow(clippy::type_complexity)]
+    let run: BTreeMap<String, (Vec<literals::Factor>, Vec<usize>)> = all
         .iter()
         .map(|p| pattern::ascii_word_boundaries(p))
         .map(|p| {
             let fs = literals::required_factors(&p).unwrap_or_default();
-            (p, fs)
+            let starts = fs.first().map(|f| f.iter().map(literals::key_start).collect()).unwrap_or_default();
+            (p, (fs, starts))
         })
         .collect();
-    let mut factors =
-        String::from("#[allow(clippy::type_complexity)]\npub static FACTORS: &[(&str, &[&[(&[u8], bool)]])] = &[\n");
-    for (p, fs) in &run {
+    let mut factors = String::from(
+        "#[allow(clippy::type_complexity)]\npub static FACTORS: &[(&str, &[&[(&[u8], bool)]], &[u8])] = &[\n",
+    );
+    for (p, (fs, starts)) in &run {
         let _ = write!(factors, "    ({p:?}, &[");
         for f in fs {
             factors.push_str("&[");
@@ -136,7 +139,7 @@ fn patterns(root: &Path, files: &[PathBuf]) {
             }
             factors.push_str("], ");
         }
-        factors.push_str("]),\n");
+        let _ = writeln!(factors, "], &{starts:?}),");
     }
     factors.push_str("];\n");
     std::fs::write(out.join("factors.rs"), factors).unwrap();

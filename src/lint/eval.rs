@@ -111,7 +111,8 @@ pub struct Program {
     /// Per module and scope, its calls that are not inside another call's arguments.
     outer_calls: Vec<Vec<Vec<usize>>>,
     /// Per module: the functions it defines, (name, is_method).
-    defined: Vec<HashSet<(String, bool)>>,
+    /// Per module, the names of its plain functions (not methods).
+    defined: Vec<HashSet<String>>,
     /// Per module: the name it is imported by (file stem; the folder for `__init__.py`).
     stems: Vec<String>,
     helpers_cache: RefCell<HashMap<Key, Rc<Helpers>>>,
@@ -181,7 +182,7 @@ impl Program {
                     }
                 }
             }
-            defined.push(m.scopes.iter().skip(1).map(|s| (s.name.clone(), s.is_method)).collect());
+            defined.push(m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()).collect());
             scope_calls.push(per_scope);
             outer_calls.push(outer);
         }
@@ -253,7 +254,7 @@ impl Program {
                     Some(Some(cls)) => s.class.as_deref() == Some(cls.as_str()),
                 };
         }
-        if s.is_method || self.defined[mi].contains(&(s.name.clone(), false)) {
+        if s.is_method || self.defined[mi].contains(&s.name) {
             return false;
         }
         let m = &self.modules[mi];
@@ -293,7 +294,12 @@ impl Program {
     }
 
     fn helper_of(&self, mi: usize, c: &Call, h: &Helpers) -> Option<Helper> {
-        h.by_name.get(&c.last).and_then(|v| v.iter().find(|x| self.resolves(mi, c, x)).copied())
+        // A file that defines the name itself calls its own (`resolves`): the other files' many
+        // helpers of that name need no look (a tree of files that all define `main` was quadratic).
+        let own = self.defined[mi].contains(&c.last);
+        h.by_name
+            .get(&c.last)
+            .and_then(|v| v.iter().find(|x| (!own || x.module == mi) && self.resolves(mi, c, x)).copied())
     }
 
     /// Functions standing for a call of `pats`. Normal (`tail` false): a function that makes such a
@@ -1033,8 +1039,14 @@ impl Program {
         if depth >= MAX_DEPTH || Self::direct_any(pats, c) {
             return false;
         }
-        let targets: Vec<&Helper> =
-            h.by_name.get(&c.last).into_iter().flatten().filter(|x| self.resolves(mi, c, x)).collect();
+        let own = self.defined[mi].contains(&c.last);
+        let targets: Vec<&Helper> = h
+            .by_name
+            .get(&c.last)
+            .into_iter()
+            .flatten()
+            .filter(|x| (!own || x.module == mi) && self.resolves(mi, c, x))
+            .collect();
         !targets.is_empty()
             && targets.iter().all(|x| {
                 self.calls_in(x.module, x.scope)

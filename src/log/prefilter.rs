@@ -27,7 +27,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
 #[cfg(test)]
 use super::literals::ascii_safe;
-use super::literals::{required_factors, Factor, Lit};
+use super::literals::{key_start, required_factors, Factor, Lit, KEY_LEN};
 
 #[cfg(test)]
 use super::prefix::strip_prefixes;
@@ -76,9 +76,10 @@ struct LitInfo {
     ci: bool,
 }
 
-/// A case-sensitive literal that contains one of the level literals.
-fn holds_level_literal(l: &Lit) -> bool {
-    !l.1 && level_literals().any(|w| memchr::memmem::find(&l.0, w.as_bytes()).is_some())
+/// A case-sensitive literal that contains one of the level literals (`level`: an automaton over
+/// them; without it, none is found: the pattern keeps its place, a "maybe" more, never a "no").
+fn holds_level(level: &Option<AhoCorasick>, l: &Lit) -> bool {
+    !l.1 && level.as_ref().is_some_and(|a| a.is_match(&l.0))
 }
 
 /// Literals whose presence alone makes a line matter: warning and error levels, the words of
@@ -105,6 +106,7 @@ impl Prefilter {
             let l = (w.as_bytes().to_vec(), false);
             entries.push((l.clone(), Dep::Level(b.lit(&l))));
         }
+        let level_ac = AhoCorasick::new(level_literals()).ok();
         let mut residual = Vec::new();
         let (mut pattern_of, mut residual_of) = (Vec::new(), Vec::new());
         for (i, p) in patterns.iter().enumerate() {
@@ -112,11 +114,14 @@ impl Prefilter {
                 // A factor whose every literal holds a level literal (`Call to bind failed` holds
                 // `failed`): the pattern can match only on lines that `reach` answers `Any` for
                 // anyway, so it needs no place in either stage.
-                Some(fs) if fs.iter().any(|f| f.iter().all(holds_level_literal)) => {}
-                Some(fs) => {
+                Some((fs, _)) if fs.iter().any(|f| f.iter().all(|l| holds_level(&level_ac, l))) => {}
+                Some((fs, starts)) => {
                     let pi = b.factors.len() as u32;
                     pattern_of.push(i as u32);
-                    entries.extend(fs[0].iter().map(|l| (l.clone(), Dep::Pattern(pi))));
+                    // The first stage looks for a piece of each literal (`key_start`); the
+                    // second checks every factor whole.
+                    let key = |(l, &s): (&Lit, &usize)| (l.0[s..(s + KEY_LEN).min(l.0.len())].to_vec(), l.1);
+                    entries.extend(fs[0].iter().zip(&starts).map(|x| (key(x), Dep::Pattern(pi))));
                     let ids = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
                     b.factors.push(ids);
                 }
@@ -270,19 +275,23 @@ mod built {
     include!(concat!(env!("OUT_DIR"), "/factors.rs"));
 }
 
-/// `required_factors(pattern)`, from the build's table when the pattern is a built-in one.
-fn factors_of(pattern: &str) -> Option<Vec<Factor>> {
-    let Ok(i) = built::FACTORS.binary_search_by(|(p, _)| (*p).cmp(pattern)) else {
-        return required_factors(pattern);
+/// `required_factors(pattern)` and the `key_start` of each literal of its first factor, from the
+/// build's table when the pattern is a built-in one.
+fn factors_of(pattern: &str) -> Option<(Vec<Factor>, Vec<usize>)> {
+    let Ok(i) = built::FACTORS.binary_search_by(|(p, _, _)| (*p).cmp(pattern)) else {
+        let fs = required_factors(pattern)?;
+        let starts = fs[0].iter().map(key_start).collect();
+        return Some((fs, starts));
     };
-    let fs = built::FACTORS[i].1;
-    (!fs.is_empty()).then(|| fs.iter().map(|f| f.iter().map(|&(l, ci)| (l.to_vec(), ci)).collect()).collect())
+    let (_, fs, starts) = built::FACTORS[i];
+    let fs: Vec<Factor> = fs.iter().map(|f| f.iter().map(|&(l, ci)| (l.to_vec(), ci)).collect()).collect();
+    (!fs.is_empty()).then(|| (fs, starts.iter().map(|&s| usize::from(s)).collect()))
 }
 
 /// Whether `pattern` is in the build's table (the tests hold it to cover the built-in ones).
 #[cfg(test)]
 pub(crate) fn in_build_table(pattern: &str) -> bool {
-    built::FACTORS.binary_search_by(|(p, _)| (*p).cmp(pattern)).is_ok()
+    built::FACTORS.binary_search_by(|(p, _, _)| (*p).cmp(pattern)).is_ok()
 }
 
 /// `lits` lowercased, sorted (shortest first) and without repeats.
@@ -378,8 +387,10 @@ mod tests {
     fn the_builds_table_is_what_the_patterns_give() {
         assert!(built::FACTORS.len() > 500);
         assert!(built::FACTORS.windows(2).all(|w| w[0].0 < w[1].0), "sorted, for the binary search");
-        for (p, _) in built::FACTORS {
-            assert_eq!(factors_of(p), required_factors(p), "{p}");
+        for (p, _, _) in built::FACTORS {
+            let fs = required_factors(p);
+            let starts = fs.as_ref().map(|fs| fs[0].iter().map(key_start).collect());
+            assert_eq!(factors_of(p), fs.zip(starts), "{p}");
         }
     }
 

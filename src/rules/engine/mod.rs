@@ -98,7 +98,7 @@ enum Slot {
 
 pub struct Engine {
     pub rules: Vec<Rule>,
-    markers: Vec<(Marker, Regex)>,
+    markers: Vec<Marker>,
     outcome_markers: Vec<OutcomeMarker>,
     /// The rule each class of catalogued message gets when no rule reads its line (rules/known-sites.toml).
     known_rules: Vec<(KnownClass, usize)>,
@@ -154,7 +154,7 @@ impl Engine {
                 slots.push(Slot::Resolves(i));
             }
         }
-        for (i, (m, _)) in markers.iter().enumerate() {
+        for (i, m) in markers.iter().enumerate() {
             pats.push(schema::ascii_word_boundaries(&m.pattern));
             slots.push(Slot::Marker(i));
         }

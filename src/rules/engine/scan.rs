@@ -389,7 +389,7 @@ impl Engine {
                     }
                 }
                 Slot::Marker(i) => {
-                    let p = self.markers[i].0.phase;
+                    let p = self.markers[i].phase;
                     // Teardown is sticky: a later communicator's init does not undo it.
                     if src.phase != Some(Phase::Teardown) || p == Phase::Teardown {
                         src.phase = Some(p);
