@@ -193,6 +193,16 @@ fn markdown_gives_every_host_form_one_alias_per_host() {
     let aliases: std::collections::BTreeSet<&str> =
         md.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').filter(|w| w.starts_with("host-")).collect();
     assert_eq!(aliases.len(), 3, "three hosts, three aliases: {aliases:?}\n{md}");
+    // report's document, whose explain section is the same writer's, under its own redactor.
+    let out = epdoctor().args(["report", "--python-timeout", "5"]).arg(f.path()).output().unwrap();
+    let doc = String::from_utf8(out.stdout).unwrap();
+    for leak in ["dgx", "b200", "jdoe", "laptop", "cluster.example", ".local", "10.1.2.4"] {
+        assert!(!doc.contains(leak), "{leak} leaked in report:\n{doc}");
+    }
+    assert!(doc.contains("srun: error: host-") && doc.contains("c10d://host-"), "{doc}");
+    let short = doc.lines().find(|l| l.contains("srun: error: host-")).unwrap();
+    let alias = short.split("srun: error: ").nth(1).unwrap().split(':').next().unwrap();
+    assert!(doc.contains(&format!("c10d://{alias}:29400")), "short name and FQDN share {alias}:\n{doc}");
 }
 
 /// The Markdown header and `report` say each version once, with how it was found (issue 28,
@@ -749,4 +759,33 @@ fn a_version_is_said_one_way_everywhere() {
     assert!(text.starts_with("NCCL 2.22.3+cuda12.5 (stated: NCCL version line)"), "{text}");
     assert_eq!(json["nccl_version"], "2.22.3");
     assert!(!json["notes"].to_string().contains("several NCCL versions"), "{}", json["notes"]);
+}
+
+/// The README's quick start is two commands on a fresh machine, the first installing and running
+/// the installed binary on a bundled log, and it says that a C compiler is needed (issue 28, point 1).
+#[test]
+fn the_quick_start_installs_and_runs_in_two_commands() {
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let start = readme.split("## Quick start").nth(1).expect("a quick start section");
+    let block = start.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
+    let cmds: Vec<&str> =
+        block.lines().map(|l| l.split('#').next().unwrap().trim()).filter(|l| !l.is_empty()).collect();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    let (install, run) = cmds[0].split_once(" && ").expect("install && run");
+    assert_eq!(install, "cargo install --locked --path .");
+    let log = run.strip_prefix("epdoctor explain ").expect("the installed binary, by name");
+    assert!(std::path::Path::new(log).is_file(), "{log}");
+    assert_eq!(cmds[1], "cargo test --release");
+    let before_next = start.split("\n## ").next().unwrap();
+    assert!(before_next.contains("C compiler"), "{before_next}");
+}
+
+/// explain's PATH help names every input it reads, archives included (issue 28, point 5).
+#[test]
+fn explain_path_help_names_the_archives() {
+    let out = epdoctor().args(["explain", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for kind in [".tar", ".tar.gz", ".tgz", ".zip", "gzip", "zstd"] {
+        assert!(help.contains(kind), "{kind}:\n{help}");
+    }
 }
