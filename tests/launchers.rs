@@ -724,5 +724,17 @@ fn slurm_hang_takes_every_tasks_stack_on_its_node_labelled_by_slurm_procid() {
     let log = std::fs::read_to_string(dir.join("stacks.log")).unwrap();
     assert!(log.starts_with("[epdoctor-stack] rank=0 pid="), "{log}");
     assert!(log.contains("via=py-spy thread=main: stuck_in_teardown (sleephang.py:6)"), "{log}");
+    // The hung tasks fill the primary's ranks, and every harness and Slurm line of the cell is known.
+    let o = Command::new(bin())
+        .args(["explain", "-f", "json"])
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .env_remove("EPDOCTOR_RULES")
+        .env_remove("EPDOCTOR_FORMAT")
+        .output()
+        .unwrap();
+    let e: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["primary"]["ranks"], serde_json::json!([0, 1]), "{:#}", e["primary"]);
+    assert_eq!(e["unexplained"], serde_json::json!([]), "{:#}", e["unexplained"]);
     wait_job_gone(v["launcher"]["slurm"]["job_id"].as_str().unwrap());
 }

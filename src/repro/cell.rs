@@ -199,7 +199,7 @@ fn work(h: &Harness, plan: &Plan, cp: &CellPlan, cell_dir: &Path, tag: &str) -> 
 fn cell_markers(cell_dir: &Path) -> BTreeMap<String, RankMarkers> {
     let mut all: BTreeMap<String, RankMarkers> = BTreeMap::new();
     for p in log_files(cell_dir).iter().filter(|p| !p.ends_with(HARNESS_FILE)) {
-        for (rank, m) in markers::parse_file(p) {
+        for (rank, m) in markers_of_file(p) {
             let e = all.entry(rank).or_default();
             e.phases.extend(m.phases);
             e.keys.extend(m.keys);
@@ -210,6 +210,19 @@ fn cell_markers(cell_dir: &Path) -> BTreeMap<String, RankMarkers> {
         }
     }
     all
+}
+
+/// The markers of a log file, read with the engine's line reader (each line's length bounded), so
+/// that a job printing gigabytes without a newline (a `\r` progress bar) costs no more than one line.
+fn markers_of_file(path: &Path) -> BTreeMap<String, RankMarkers> {
+    let mut out = BTreeMap::new();
+    let Ok(mut r) = crate::log::input::open(&crate::log::input::Input::File(path.to_path_buf()), None) else {
+        return out;
+    };
+    while let Ok(Some(line)) = r.next_line() {
+        markers::feed(&mut out, line);
+    }
+    out
 }
 
 /// harness.log: what the harness did and saw, in the order it happened.

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
-use std::path::Path;
 
 pub use crate::model::markers::RankMarkers;
 
@@ -35,8 +34,8 @@ pub fn parse<R: BufRead>(input: R) -> BTreeMap<String, RankMarkers> {
     out
 }
 
-/// The markers of one line.
-fn feed(out: &mut BTreeMap<String, RankMarkers>, line: &[u8]) {
+/// The markers of one line, added to `out`.
+pub fn feed(out: &mut BTreeMap<String, RankMarkers>, line: &[u8]) {
     if !line.starts_with(PREFIX.as_bytes()) {
         return;
     }
@@ -83,19 +82,6 @@ fn feed(out: &mut BTreeMap<String, RankMarkers>, line: &[u8]) {
         m.keys.insert(k, v);
     }
     m.notes.extend(note);
-}
-
-/// The markers of a log file, read a line at a time with each line's length bounded, so that a
-/// job printing gigabytes without a newline (a `\r` progress bar) costs no more than one line.
-pub fn parse_file(path: &Path) -> BTreeMap<String, RankMarkers> {
-    let mut out = BTreeMap::new();
-    let Ok(mut r) = crate::log::input::open(&crate::log::input::Input::File(path.to_path_buf()), None) else {
-        return out;
-    };
-    while let Ok(Some(line)) = r.next_line() {
-        feed(&mut out, line);
-    }
-    out
 }
 
 #[cfg(test)]
