@@ -94,11 +94,15 @@ pub const WARN_LITERALS: &[&str] = &[
     "Out of memory: Killed process",
 ];
 
-/// Whether `line` (rank prefix stripped) starts with a c10/glog warning or error severity, the
-/// one way to `Warn`/`Error` in `level_of` that no literal of `WARN_LITERALS` covers.
+/// Whether `line` (rank prefix stripped) starts with a warning by position, the ways to `Warn` in
+/// `level_of` that no literal of `WARN_LITERALS` covers: a c10/glog severity, NCCL 2.0-2.2's head,
+/// a `NCCL WARN` whose head the paste dropped.
 pub fn positional_warn(line: &str) -> bool {
     let b = line.as_bytes();
-    c10_level(b).is_some_and(|l| l >= Level::Warn) || old_nccl_level(b) == Some(Level::Warn)
+    c10_level(b).is_some_and(|l| l >= Level::Warn)
+        || old_nccl_level(b) == Some(Level::Warn)
+        || b.starts_with(b"NCCL WARN ")
+        || b.starts_with(b"NCCL ATTN ")
 }
 
 /// NCCL 2.0-2.2 printed its head without the word `NCCL`: `host:pid:tid [dev] INFO msg` and
@@ -132,8 +136,10 @@ fn old_nccl_level(b: &[u8]) -> Option<Level> {
 /// Keep `WARN_LITERALS` in step with what makes a line `Warn` or `Error` here.
 pub fn level_of(line: &str) -> Level {
     let b = line.as_bytes();
-    if let Some(i) = find(b, b" NCCL ") {
-        let tail = &b[i + 6..];
+    // A paste that dropped NCCL's `host:pid:tid [dev]` head starts with the level word's `NCCL `.
+    let at = if b.starts_with(b"NCCL ") { Some(5) } else { find(b, b" NCCL ").map(|i| i + 6) };
+    if let Some(j) = at {
+        let tail = &b[j..];
         if tail.starts_with(b"WARN") {
             return Level::Warn;
         }
@@ -673,6 +679,9 @@ mod tests {
         assert!(positional_warn(w));
         assert_eq!(level_of("host 1:2 [0] INFO x"), Level::None);
         assert_eq!(level_of("a:b:3 [0] WARN x"), Level::None);
+        // A paste without the head (NVIDIA/nccl#1584): the level word still rates the line.
+        assert_eq!(level_of("NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v9 symbol."), Level::Info);
+        assert!(positional_warn("NCCL WARN Cuda failure 'out of memory'"));
     }
 
     #[test]
