@@ -425,10 +425,7 @@ fn logger_head<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     let bracketed = site.starts_with('[');
     let site = if bracketed { &site[1..] } else { site };
     let close = head(site, 200).find(']')?;
-    let (file, line) = site[..close].rsplit_once(':')?;
-    if file.is_empty() || line.is_empty() || digits(line) != line.len() || file.contains(' ') {
-        return None;
-    }
+    let file = source_file(&site[..close])?;
     let after = &site[close + 1..];
     if !(after.is_empty() || after.starts_with(' ')) {
         return None;
@@ -462,20 +459,22 @@ fn ray_core_head<'a>(inner: &str, after: &'a str, p: &mut Prefixed<'a>) -> Optio
     let ts = super::record::date_time_secs(inner.get(..10)?, &inner.get(11..23)?.replace(',', "."))?;
     let msg = after.strip_prefix(' ')?;
     // The source site RAY_LOG writes first: `core_worker.cc:2673: `.
-    let (site, rest) = match msg.split_once(": ") {
-        Some((f, rest))
-            if f.rsplit_once(':')
-                .is_some_and(|(n, l)| !n.is_empty() && !n.contains(' ') && !l.is_empty() && digits(l) == l.len()) =>
-        {
-            (f.rsplit_once(':').map(|(n, _)| n), rest)
-        }
-        _ => (None, msg),
+    let (site, rest) = match msg.split_once(": ").and_then(|(f, rest)| Some((source_file(f)?, rest))) {
+        Some((f, rest)) => (Some(f), rest),
+        None => (None, msg),
     };
     p.ts = Some(ts);
     p.pid = pid.parse().ok().or(p.pid);
     p.level = Some(level);
     p.site = site;
     Some(rest)
+}
+
+/// The file of a logger's `file:line` site (`custom_all_reduce.py:137`), if `s` is one.
+fn source_file(s: &str) -> Option<&str> {
+    let (file, line) = s.rsplit_once(':')?;
+    let ok = !file.is_empty() && !file.contains(' ') && !line.is_empty() && digits(line) == line.len();
+    ok.then_some(file)
 }
 
 /// Words in the file names of vLLM's and SGLang's distributed, executor and worker modules

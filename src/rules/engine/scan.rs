@@ -180,7 +180,9 @@ impl Engine {
             if src.last_head.0 + 1 == src.lines && src.last_head.1 == head {
                 p.level = None;
             }
-            src.last_head = (src.lines, head.to_string());
+            src.last_head.0 = src.lines;
+            src.last_head.1.clear();
+            src.last_head.1.push_str(head);
         }
         let fed = src.records.feed(src.lines, raw, &p);
         for rec in src.records.take_done() {
