@@ -142,8 +142,10 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     }
     // A bracketed ISO-8601 stamp: SGLang's `[2025-01-02 10:11:12 TP1] ` (its parallel-rank tags
     // follow the time), Determined's `[2024-02-27T21:35:32.106313Z] `.
-    // NCCL 2.32 writes the same stamp as SGLang's untagged one; its own parser reads that.
-    if inner.len() >= 19 && after.starts_with(' ') && !head(after, 160).contains(" NCCL ") {
+    // NCCL 2.32 writes the same stamp as SGLang's untagged one; its own parser reads that (a
+    // message that merely names NCCL, DeepSpeed's `NCCL backend ... not yet implemented`, is no
+    // NCCL line).
+    if inner.len() >= 19 && after.starts_with(' ') && !super::records::is_nccl_line(head(after, 160)) {
         let (stamp, tags) = match inner.get(19..).and_then(|t| t.find(' ')).map(|i| i + 19) {
             Some(i) => (&inner[..i], &inner[i + 1..]),
             None => (inner, ""),
@@ -557,6 +559,11 @@ mod tests {
         assert_eq!(
             rest("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"),
             "[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"
+        );
+        // DeepSpeed's stamp before a message that names NCCL (RWKV-LM-LoRA#34).
+        assert_eq!(
+            rest("[2023-06-26 15:45:51,688] [WARNING] [comm.py:152:init_deepspeed_backend] NCCL backend in DeepSpeed not yet implemented"),
+            "[WARNING] [comm.py:152:init_deepspeed_backend] NCCL backend in DeepSpeed not yet implemented"
         );
     }
 

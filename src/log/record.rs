@@ -316,13 +316,15 @@ pub fn looks_like_error(line: &str) -> bool {
             if ident(before) || ident(after) || before == Some(b'=') {
                 continue;
             }
-            // "0 errors", "no error", "errors: 0", "without error".
+            // "0 errors", "no error", "errors: 0", "without error", "This is not an error".
             let head = l[..s].trim_end();
             let tail = l[e..].trim_start_matches([':', '=', ' ']);
             if head.ends_with(" 0")
                 || head == "0"
                 || head.ends_with("no")
                 || head.ends_with("without")
+                || head.ends_with(" not an")
+                || head.ends_with(" isn't an")
                 || head.ends_with("if")
                 || tail.starts_with('0') && !tail[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.' || c == 'x')
             {
@@ -664,6 +666,14 @@ mod tests {
         {
             assert!(looks_like_error(l), "{l}");
         }
+    }
+
+    #[test]
+    fn a_message_that_says_it_is_not_an_error_is_none() {
+        // The tail of the DDP reducer's stride hint, hard-wrapped by a console (stylegan2-ada-pytorch#275).
+        let l = "at the param's strides changed since DDP was constructed.  This is not an error, but may impair performance.";
+        assert!(!looks_like_error(l));
+        assert!(looks_like_error("This is an error, not a warning"));
     }
 
     #[test]

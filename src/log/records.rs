@@ -493,7 +493,7 @@ fn starts_record(msg: &str) -> bool {
 }
 
 /// An NCCL debug line (`host:pid:tid [dev] NCCL INFO ...`), not a message that names NCCL.
-fn is_nccl_line(msg: &str) -> bool {
+pub(super) fn is_nccl_line(msg: &str) -> bool {
     msg.match_indices(" NCCL ").any(|(i, _)| {
         let t = &msg[i + 6..];
         ["INFO", "WARN", "ATTN", "TRACE", "ABORT", "VERSION"].iter().any(|l| t.starts_with(l))
