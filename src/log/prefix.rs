@@ -134,6 +134,15 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
             return Some(rest);
         }
     }
+    // TorchServe's frontend forwards a worker's stdout/stderr under its own log4j head
+    // (`[%-5p] %t %c - `): `[INFO ] W-9000-model_1.0-stdout MODEL_LOG - `. That level is the
+    // stream's, not the message's, so the head goes and the model's line is read on its own.
+    if matches!(inner.trim_end(), "INFO" | "WARN" | "ERROR" | "DEBUG") {
+        let t = after.strip_prefix(' ').unwrap_or("");
+        if let Some(rest) = t.strip_prefix("W-").and_then(|w| w[name_len(w)..].strip_prefix(" MODEL_LOG - ")) {
+            return Some(rest);
+        }
+    }
     // Determined's `[rank=3] `.
     if let Some(n) = inner.strip_prefix("rank=").filter(|n| !n.is_empty() && digits(n) == n.len()) {
         let rest = after.strip_prefix(' ')?;
@@ -559,6 +568,11 @@ mod tests {
         assert_eq!(
             rest("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"),
             "[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y"
+        );
+        // TorchServe's head around a DeepSpeed worker's line (pytorch/serve#2419).
+        assert_eq!(
+            rest("2023-06-21T23:15:00,279 [INFO ] W-29500-opt_1.0-stdout MODEL_LOG - [2023-06-21 23:15:00,279] [WARNING] [comm.py:152:init_deepspeed_backend] x"),
+            "[WARNING] [comm.py:152:init_deepspeed_backend] x"
         );
         // DeepSpeed's stamp before a message that names NCCL (RWKV-LM-LoRA#34).
         assert_eq!(
