@@ -222,3 +222,83 @@ fn warnings_of_unrelated_modules_alone_are_benign_not_clean() {
     let reason = v["reason"].as_str().unwrap();
     assert!(reason.contains("unrelated to distributed work"), "{reason}");
 }
+
+/// Open MPI 4.x's openib start-up notices (open-mpi/ompi#10693's issue body), a run that worked.
+const OPENIB_NOTICES: &str = "\
+--------------------------------------------------------------------------
+By default, for Open MPI 4.0 and later, infiniband ports on a device
+are not used by default.  The intent is to use UCX for these devices.
+You can override this policy by setting the btl_openib_allow_ib MCA parameter
+to true.
+
+  Local host:              lxbk1039
+  Local adapter:           mlx5_0
+  Local port:              1
+
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+WARNING: There was an error initializing an OpenFabrics device.
+
+  Local host:   lxbk1039
+  Local device: mlx5_0
+--------------------------------------------------------------------------
+[lxbk1039:106838] 11 more processes have sent help message help-mpi-btl-openib.txt / ib port not selected
+[lxbk1039:106838] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages
+";
+
+fn explain_text(name: &str, log: &str) -> (serde_json::Value, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    std::fs::write(&p, log).unwrap();
+    explain(&[p.to_str().unwrap()])
+}
+
+#[test]
+fn open_mpi_start_up_notices_are_benign_by_nature() {
+    let (v, code) = explain_text("mpi.log", OPENIB_NOTICES);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], "openmpi-openib-device-unused");
+    assert_eq!(v["outcome"]["status"], "unknown");
+    assert!(v["reason"].as_str().unwrap().contains("harmless by nature"), "{}", v["reason"]);
+}
+
+#[test]
+fn open_mpi_notices_do_not_make_a_failed_run_benign() {
+    // The same notices, then mpirun's banner for a rank killed by a signal.
+    let log = format!(
+        "{OPENIB_NOTICES}mpirun noticed that process rank 1 with PID 4242 on node lxbk1039 exited on signal 11 \
+         (Segmentation fault).\n"
+    );
+    let (v, code) = explain_text("mpi.log", &log);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("actionable", 1), "{v}");
+    assert_eq!(v["outcome"]["status"], "failed");
+    assert_eq!(v["primary"]["rule"], "launcher-mpi-process-failed");
+}
+
+#[test]
+fn an_aggregated_notice_of_another_help_file_is_not_read_as_harmless() {
+    // The aggregation line names the help topic; only the start-up notices' topics are benign.
+    let log = "[n1:77] 3 more processes have sent help message help-mpi-errors.txt / mpi_errors_are_fatal\n\
+               [n1:77] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages\n";
+    let (v, _) = explain_text("mpi.log", log);
+    assert_ne!(v["verdict"], "benign", "{v}");
+    assert_ne!(v["verdict"], "clean", "{v}");
+}
+
+#[test]
+fn a_glibc_heap_abort_is_a_failure_of_the_run() {
+    // dev 372's ending: a rank's heartbeat monitor loses the store, then glibc aborts a process.
+    let log = "[rank2]:[W724 19:26:07.252310287 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 2] \
+               Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), \
+               with error: failed to recv, got 0 bytes\n\
+               malloc_consolidate(): unaligned fastbin chunk detected\n";
+    let (v, code) = explain_text("train.log", log);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("actionable", 1), "{v}");
+    assert_eq!(v["outcome"]["status"], "failed");
+    assert_eq!(v["primary"]["rule"], "launcher-glibc-heap-corruption");
+    // glibc before 2.26 framed the same check with the program's name and the pointer.
+    let (v, _) =
+        explain_text("old.log", "*** Error in `python': double free or corruption (!prev): 0x000055d1c8a3b010 ***\n");
+    assert_eq!(v["outcome"]["status"], "failed", "{v}");
+    assert_eq!(v["primary"]["rule"], "launcher-glibc-heap-corruption");
+}

@@ -485,11 +485,35 @@ fn starts_record(msg: &str) -> bool {
         || msg.starts_with("[epdoctor")
         || msg.starts_with("terminate called")
         || is_crash_head(msg)
+        || is_glibc_heap_abort(msg)
         || msg.starts_with("During handling of the above exception")
         || msg.starts_with("The above exception was the direct cause")
         || msg.starts_with("Exception ignored in")
         || (msg.contains("torch/distributed/elastic/") || msg.contains("torch.distributed.elastic"))
             && !is_exception_line(msg)
+}
+
+/// glibc's allocator reporting a corrupted heap just before it aborts (malloc_printerr's texts:
+/// `free(): invalid pointer`, `malloc_consolidate(): ...`, `double free or corruption (out)`):
+/// lower case like a wrapped line's rest, but a line of its own.
+fn is_glibc_heap_abort(msg: &str) -> bool {
+    const FUNCS: [&str; 11] = [
+        "free(): ",
+        "malloc(): ",
+        "realloc(): ",
+        "munmap_chunk(): ",
+        "mremap_chunk(): ",
+        "malloc_consolidate(): ",
+        "tcache_thread_shutdown(): ",
+        "int_mallinfo(): ",
+        "__malloc_info(): ",
+        "do_check_malloc_state(): ",
+        "_int_memalign(): ",
+    ];
+    FUNCS.iter().any(|f| msg.starts_with(f))
+        || msg.starts_with("double free or corruption (")
+        || msg.starts_with("corrupted size vs. prev_size")
+        || msg.starts_with("corrupted double-linked list")
 }
 
 /// An NCCL debug line (`host:pid:tid [dev] NCCL INFO ...`), not a message that names NCCL.
@@ -796,6 +820,18 @@ mod tests {
         let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].ends_with("last enqueued NCCL work: 9, last completed NCCL work: 6."), "{m:?}");
+    }
+
+    #[test]
+    fn a_glibc_heap_abort_after_an_unfinished_c10_warning_stays_its_own_line() {
+        // Falcon#12: the heartbeat monitor's warning ends in a word, then a process aborts.
+        let recs = run(&[
+            "[rank2]:[W724 19:26:07.252310287 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 2] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: failed to recv, got 0 bytes",
+            "malloc_consolidate(): unaligned fastbin chunk detected",
+        ]);
+        let m: Vec<_> = recs.iter().flat_map(|r| matched(r)).map(|(t, _)| t.to_string()).collect();
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[1], "malloc_consolidate(): unaligned fastbin chunk detected", "{m:?}");
     }
 
     #[test]
