@@ -302,3 +302,49 @@ fn a_glibc_heap_abort_is_a_failure_of_the_run() {
     assert_eq!(v["outcome"]["status"], "failed", "{v}");
     assert_eq!(v["primary"]["rule"], "launcher-glibc-heap-corruption");
 }
+
+/// A fixture's log as `rules test` feeds it to the engine (directives removed, the `#=MATCH=#`
+/// line kept without its prefix), written to `dir`.
+fn fixture_log(dir: &Path, fixture: &str) -> String {
+    let text = std::fs::read_to_string(fixture).unwrap();
+    let body: String = text
+        .lines()
+        .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
+        .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
+        .collect();
+    let p = dir.join(Path::new(fixture).file_name().unwrap());
+    std::fs::write(&p, body).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_torchtitan_warning_the_catalogue_holds_is_benign_not_unknown() {
+    // torchtitan#4628: `[titan]` heads with per-module logger names; the one WARNING is
+    // torchtitan/distributed/utils.py's job-config override notice (torchtitan 0.1.0-0.3.0).
+    let dir = tempfile::tempdir().unwrap();
+    let log = fixture_log(dir.path(), "rules/fixtures/known-sites/torchtitan-4628-env-overridden-notice.log");
+    let (v, code) = explain(&[&log]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], "known-config-notice", "{v}");
+    let title = v["primary"]["title"].as_str().unwrap();
+    assert!(title.contains("torchtitan configuration notice"), "{title}");
+    let first = v["primary"]["evidence"][0]["text"].as_str().unwrap();
+    assert!(first.contains("will be overridden to 3 based on job config"), "{first}");
+    assert_eq!(v["unexplained"].as_array().map_or(0, Vec::len), 0, "{v}");
+}
+
+#[test]
+fn a_nemo_headed_warning_the_catalogue_holds_is_benign_not_unknown() {
+    // NeMo Speech#13913: `[NeMo W ...]` is read as a warning-level head; MegatronStrategy's
+    // max_steps notice (NeMo 2.1.0-2.7.3) is known, the captured pydub warning unrelated.
+    let dir = tempfile::tempdir().unwrap();
+    let log = fixture_log(dir.path(), "rules/fixtures/known-sites/nemo-13913-max-steps-lr-scheduler-notice.log");
+    let (v, code) = explain(&[&log]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], "known-config-notice", "{v}");
+    let title = v["primary"]["title"].as_str().unwrap();
+    assert!(title.contains("NeMo configuration notice"), "{title}");
+    assert!(v["primary"]["context"].as_str().unwrap().contains("megatron_strategy.py"), "{v}");
+    assert_eq!(v["unexplained"].as_array().map_or(0, Vec::len), 0, "{v}");
+    assert_eq!(v["unrelated"]["count"], 1, "the pydub RuntimeWarning under NeMo's head: {v}");
+}

@@ -825,8 +825,24 @@ PY_CALLS = [
 WARNING_CLASS = re.compile(r"(?:category\s*=\s*)?([A-Za-z_.]*Warning)$")
 
 
+# A level argument (`logging.WARNING`) as the TSV names the level; DEBUG and a computed level are
+# left out (None).
+LOG_LEVELS = {"WARNING": "warning", "WARN": "warning", "INFO": "info", "ERROR": "error", "CRITICAL": "critical",
+              "FATAL": "critical"}
+
+
+def positional(args):
+    """The positional arguments of a call (keyword arguments `name=...` left out)."""
+    return [a for a in args if not re.match(r"[A-Za-z_]\w*\s*=(?!=)", a)]
+
+
 def call_kind(kind, m, args):
-    """The level of one call: raise, a warnings category, or the logger method (warn = warning)."""
+    """The level of one call: raise, a warnings category, the logger method (warn = warning), or
+    for kind `level` (megatron-core's log_single_rank(logger, logging.WARNING, msg), logger.log(
+    logging.INFO, msg)) the positional argument before the message."""
+    if kind == "level":
+        lv = re.fullmatch(r"logging\.([A-Z]+)", args[0].strip()) if args else None
+        return LOG_LEVELS.get(lv.group(1)) if lv else None
     if kind in ("category", "deprecated"):
         default = "UserWarning" if kind == "category" else "DeprecationWarning"
         for a in args[1:]:
@@ -848,14 +864,21 @@ def py_sites(path, text, calls=None):
         for m in pat.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             args, _ = split_args(text, m.end())
-            if not args or len(args) <= argi or not args[argi]:
+            at = argi
+            if args and kind == "level":
+                # The level and the message are positional; keyword arguments (tp_group=...) may come first.
+                args, at = positional(args)[argi - 1:], 1
+            if not args or len(args) <= at or not args[at]:
                 continue
-            msg = py_literal(args[argi])
-            if msg is None and re.fullmatch(r"[A-Za-z_]\w*", args[argi].strip()):
-                msg = assigned_literal(text, m.start(), args[argi].strip())
+            level = call_kind(kind, m, args)
+            if level is None:
+                continue
+            msg = py_literal(args[at])
+            if msg is None and re.fullmatch(r"[A-Za-z_]\w*", args[at].strip()):
+                msg = assigned_literal(text, m.start(), args[at].strip())
             if msg is None or len(re.sub(r"\{\}|%\w", "", msg).strip()) < 8:
                 continue
-            out.append((line, call_kind(kind, m, args), msg))
+            out.append((line, level, msg))
     return sorted(set(out))
 
 
@@ -908,7 +931,12 @@ def py_literal(expr):
         body = expr[j:k]
         if "f" in prefix.lower():
             body = re.sub(r"\{[^{}]*\}", "{}", body)
-        parts.append(body.replace("\n", " "))
+        if "r" not in prefix.lower():
+            # A backslash before the end of a line continues the string on the next: Python drops
+            # both (the next line's indentation stays in the text printed).
+            body = re.sub(r"(?<!\\)((?:\\\\)*)\\\n", r"\1", body)
+        # A triple-quoted string prints its lines as lines.
+        parts.append(body if len(q) == 3 else body.replace("\n", " "))
         i = k + len(q)
     return "".join(parts) if parts else None
 
@@ -1002,7 +1030,8 @@ def generate_deepep(deepep_git):
 
 
 def generate_libs(cache):
-    """{lib: (releases, TSV lines)} for accelerate, DeepSpeed and Lightning (scripts/catalog/libs.py)."""
+    """{lib: (releases, TSV lines)} for the libraries of scripts/catalog/libs.py (accelerate, DeepSpeed,
+    Lightning, torchtitan, megatron-core, NeMo)."""
     out = {}
     for lib in libs.LIBS:
         rel = libs.releases(cache, lib)
@@ -1040,6 +1069,9 @@ PLACEHOLDER = re.compile(r"\{[^{}]*\}|%[-#0 +]*\d*(?:\.\d+)?[sdifrxXeEgGc]")
 def known_text(fmt):
     """A format as the engine matches it: `{}` for every placeholder, runs of them as one."""
     t = PLACEHOLDER.sub("{}", fmt)
+    # A run of blanks inside a line (the indentation a continued string literal carries, a table's
+    # padding) is told by the words on each side, not by its width: a paste or a console rewraps it.
+    t = re.sub(r"(?<=\S)[ \t]{3,}(?=\S)", "{}", t)
     return re.sub(r"(?:\{\}\s*){2,}", "{} ", t).strip()
 
 
@@ -1048,7 +1080,7 @@ def literal_len(text):
 
 
 def known_toml(lib_releases, lib_rows):
-    """known.toml: every catalogued message of torch.distributed and the three libraries by (library,
+    """known.toml: every catalogued message of torch.distributed and the libraries by (library,
     class, family), with the releases and files that print it: what the engine gives a finding of
     its class when no rule reads the line. Left out: torch's C++ LOG(INFO) (traces), and messages
     without a literal piece of 12 characters (nothing to tell them by)."""
@@ -1065,7 +1097,8 @@ def known_toml(lib_releases, lib_rows):
             m = msgs.setdefault((lib, cls, fam, text), [set(), set()])
             m[0].update(range(rel.index(first), rel.index(last) + 1))
             m[1].add(file)
-    out = ["# Generated by scripts/catalog/generate.py from rules/catalog/{torch,accelerate,deepspeed,lightning}.tsv;",
+    out = ["# Generated by scripts/catalog/generate.py from rules/catalog/torch.tsv and the library TSVs "
+           "(scripts/catalog/libs.py);",
            "# do not edit. \"LIBRARY CLASS FAMILY\" = [\"RELEASES FILES TEXT\", ...]: each catalogued message",
            "# of that class and family, the releases that print it (runs of `releases`), the files (comma-",
            "# separated), its text with {} for each value. The engine gives a line of such a message that no",

@@ -1,12 +1,15 @@
-"""accelerate, DeepSpeed and Lightning: the warnings and log lines their distributed launch and
-training code prints, read from each release's package on PyPI (pure Python: accelerate and
-Lightning as wheels, DeepSpeed as its source distribution, the only form it publishes).
+"""accelerate, DeepSpeed, Lightning, torchtitan, megatron-core and NeMo: the warnings and log lines
+their distributed launch and training code prints, read from each release's package on PyPI (Python:
+accelerate, Lightning, torchtitan and NeMo as wheels, megatron-core as its cp311 x86_64 wheel (its
+Python files are the same in every build), DeepSpeed as its source distribution, the only form it
+publishes).
 
 Each library names the releases read (the last of each minor from the one that came out beside
 torch 2.0, spring 2023, to the newest), the files kept (the launcher, the process-group and strategy
 code, the config plugins; not tests, apps, kernels or model code), and the calls that print a
 message beside the ones torch uses (Lightning's rank_zero_*, DeepSpeed's log_dist and its op
-builders' warning()). Raised exceptions are left out: they reach the log as Python exceptions, which
+builders' warning(), megatron-core's log_single_rank(logger, level, msg), torchtitan's
+warn_once(logger, msg)). Raised exceptions are left out: they reach the log as Python exceptions, which
 the engine reads as such.
 """
 
@@ -45,16 +48,61 @@ LIBS = {
         # lightning_fabric packages); not lightning.app, lightning.data, lightning.store.
         "keep": re.compile(r"lightning/(?:fabric|pytorch)/.*\.py$"),
     },
+    "torchtitan": {
+        "pypi": "torchtitan",
+        "form": "wheel",
+        "versions": ["0.1.0", "0.2.2", "0.3.0"],
+        # The whole package (train.py, the trainer, parallelisms, checkpointing, data loaders, the
+        # models and experiments that train.py runs): all of it is what a torchtitan job prints.
+        "keep": re.compile(r"torchtitan/(?!.*(?:^|/)tests?/).*\.py$"),
+    },
+    "megatron-core": {
+        "pypi": "megatron-core",
+        "form": "wheel",
+        "versions": ["0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0", "0.11.0", "0.12.3", "0.13.1", "0.14.0",
+                     "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.2"],
+        # All of megatron/core: the library is the parallel state, distributed optimizer, pipeline
+        # schedules, transformer layers, checkpointing and datasets of a Megatron job.
+        "keep": re.compile(r"megatron/core/(?!.*(?:^|/)tests?/).*\.py$"),
+    },
+    "nemo": {
+        "pypi": "nemo-toolkit",
+        "form": "wheel",
+        "versions": ["1.23.0", "2.0.0", "2.1.0", "2.2.1", "2.3.3", "2.4.1", "2.5.3", "2.6.2", "2.7.3", "3.0.0"],
+        # The launch and training-loop paths, not the models, data sets and tokenizers of the
+        # collections (ASR, TTS, multimodal, ...: four fifths of the package): nemo/core (ModelPT,
+        # optimizers, save/restore), nemo/utils (exp_manager, callbacks, logging), nemo/lightning
+        # (2.x: MegatronStrategy, MegatronParallel, fabric, resume, checkpoint IO), the 1.x Megatron
+        # path in collections/nlp (nlp_overrides' strategies, the trainer builder, megatron_init,
+        # MegatronBaseModel), collections/llm's api.py (2.x train/pretrain/finetune) and the common
+        # callbacks.
+        "keep": re.compile(r"nemo/(?:core|utils|lightning)/.*\.py$|"
+                           r"nemo/collections/nlp/(?:parts/.*|modules/common/megatron/megatron_init|"
+                           r"models/language_modeling/megatron_base_model)\.py$|"
+                           r"nemo/collections/(?:llm/api|common/callbacks/.*)\.py$"),
+    },
 }
 
 
 def calls(lib, base):
     """The call table of `lib`: torch's (`base`) without raise, and the library's own printers."""
+    rank_zero = [
+        (re.compile(r"(?<![\w.])rank_zero_warn\("), "rank_zero_warn", 0),
+        (re.compile(r"(?<![\w.])rank_zero_info\("), "rank_zero_info", 0),
+        (re.compile(r"(?<![\w.])rank_zero_deprecation\("), "rank_zero_deprecation", 0),
+    ]
     own = {
-        "lightning": [
-            (re.compile(r"(?<![\w.])rank_zero_warn\("), "rank_zero_warn", 0),
-            (re.compile(r"(?<![\w.])rank_zero_info\("), "rank_zero_info", 0),
-            (re.compile(r"(?<![\w.])rank_zero_deprecation\("), "rank_zero_deprecation", 0),
+        "lightning": rank_zero,
+        # NeMo's trainer code calls Lightning's printers beside its own `logging` (nemo.utils).
+        "nemo": rank_zero,
+        # tools/logging.py's warn_once(logger, msg).
+        "torchtitan": [(re.compile(r"(?<![\w.])warn_once\("), "warning", 1)],
+        # megatron/core/utils.py's log_single_rank(logger, level, msg) and
+        # log_on_each_pipeline_stage(logger, level, msg), and logger.log(level, msg): the level is
+        # the positional argument before the message (kind `level`, generate.call_kind).
+        "megatron-core": [
+            (re.compile(r"(?<![\w.])(?:log_single_rank|log_on_each_pipeline_stage)\("), "level", 2),
+            (re.compile(r"(?<![\w.])(?:logger|log|logging|_logger)\.log\("), "level", 1),
         ],
         "deepspeed": [
             (re.compile(r"(?<![\w.])log_dist\("), "log_dist", 0),
@@ -78,6 +126,16 @@ def family(lib, path):
         "lightning": [(r"/strategies/", "strategy"), (r"/accelerators/|accelerator_connector", "accelerator"),
                       (r"/plugins/", "plugins"), (r"/trainer/|/loops/", "trainer"), (r"/callbacks/", "callbacks"),
                       (r"/loggers/", "loggers")],
+        "torchtitan": [(r"/distributed/|parallelize", "parallel"), (r"checkpoint", "checkpoint"),
+                       (r"datasets/|dataloader", "data"), (r"/models/|/experiments/", "models"),
+                       (r"train\.py|trainer\.py|/components/|/config", "trainer")],
+        "megatron-core": [(r"parallel_state|/distributed/|tensor_parallel/|pipeline_parallel/|process_groups|"
+                           r"nccl_allocator", "parallel"), (r"dist_checkpointing/", "checkpoint"),
+                          (r"optimizer", "optimizer"), (r"/datasets/", "data"), (r"/inference/", "inference"),
+                          (r"/models/|/transformer/|/ssm/|/fusions/", "models")],
+        "nemo": [(r"/strategies/|megatron_parallel|nlp_overrides|megatron_init|lightning/fabric/", "strategy"),
+                 (r"checkpoint|ckpt|/io/|/connectors/", "checkpoint"), (r"exp_manager|/callbacks/", "callbacks"),
+                 (r"/core/optim/", "optimizer"), (r"nemo/lightning/|trainer|llm/api\.py|megatron_base_model", "trainer")],
     }[lib]
     for pat, fam in table:
         if re.search(pat, path):
@@ -87,13 +145,18 @@ def family(lib, path):
 
 def pick(index, version, form):
     """The release's wheel (py3-none-any) or source distribution in the simple index."""
+    found = []
     for f in index["files"]:
         name = f["filename"]
         if f.get("yanked") or not re.match(r"[A-Za-z_.-]+?-" + re.escape(version) + r"(?:-|\.tar\.gz$)", name):
             continue
         if form == "wheel" and name.endswith(".whl") or form == "sdist" and name.endswith(".tar.gz"):
-            return f
-    return None
+            found.append(f)
+    # A library built per platform (megatron-core): the cp311 x86_64 wheel, so that the file read
+    # does not depend on the index's order; a pure-Python one has a single wheel.
+    found.sort(key=lambda f: ("py3-none-any" not in f["filename"] and not ("cp311" in f["filename"] and
+                                                                          "x86_64" in f["filename"])))
+    return found[0] if found else None
 
 
 def members(blob, name):

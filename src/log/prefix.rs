@@ -3,8 +3,9 @@
 //! `[default0]:`), mpirun `--tag-output` (`[1,3]<stderr>:`), Ray (`(RayWorkerWrapper pid=123,
 //! ip=10.0.0.1) `), docker compose (`trainer-1  | `), `kubectl logs --prefix` (`[pod/x/c] `), pdsh
 //! (`host: ` before another prefix), ISO-8601 and syslog timestamps, `[stderr]`-style tags; several
-//! vLLM's logger head (its level kept); several may stack. A `^`-anchored rule pattern then sees
-//! where the message starts.
+//! vLLM's logger head, NeMo's, torchtitan's and Python logging's `NAME - LEVEL - ` after a stamp
+//! (their level kept); several may stack. A `^`-anchored rule pattern then sees where the message
+//! starts.
 //!
 //! NCCL's own `[timestamp] host:pid:tid [dev]` head and c10's `[W1129 ...]` are not prefixes:
 //! they belong to the record and are parsed there.
@@ -32,6 +33,11 @@ pub struct Prefixed<'a> {
     /// Bytes of the line up to the end of that head: the same head on the next line means the
     /// same record continued (vLLM repeats it on every line of a multi-line message).
     pub head_end: usize,
+    /// The head is one that a multi-line message repeats on each line (vLLM's, Ray's), so the same
+    /// head again is the message continued. NeMo and Python logging write a head once and indent
+    /// the rest: two warnings under the same head (the same second, NeMo's one `nemo_logging:N`
+    /// site) are two messages, each keeping its level.
+    pub head_repeats: bool,
     /// The file that head names (`custom_all_reduce.py`).
     pub site: Option<&'a str>,
     /// The message, prefixes and the whitespace after them removed.
@@ -174,6 +180,17 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     }
     if let Some(rest) = ray_core_head(inner, after, p) {
         return Some(rest);
+    }
+    if let Some(rest) = nemo_head(inner, after, p) {
+        return Some(rest);
+    }
+    // A program's tag before Python logging's stamp: torchtitan's `[titan] 2025-03-12 11:10:21,603 - `.
+    if let Some(t) = after.strip_prefix(' ').filter(|_| (2..=16).contains(&inner.len())) {
+        if inner.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_'))
+            && iso_ts(t, &mut Prefixed::default()).is_some()
+        {
+            return Some(t);
+        }
     }
     // A collector's line counter (`[80746] `) in front of another prefix.
     if !inner.is_empty() && digits(inner) == inner.len() && inner.len() <= 9 {
@@ -354,7 +371,67 @@ fn iso_ts<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     }
     p.ts = super::record::date_time_secs(date, &time.replace(',', "."));
     p.ts?;
-    Some(after.trim_start_matches([' ', '\t']))
+    let rest = after.trim_start_matches([' ', '\t']);
+    Some(after.strip_prefix(" - ").and_then(|f| logging_fields(f, p)).unwrap_or(rest))
+}
+
+/// Python logging's fields after its stamp, `%(name)s - %(levelname)s - ` or `%(levelname)s - `
+/// (torchtitan's `root - WARNING - `, a basicConfig of `%(asctime)s - %(name)s - %(levelname)s - `):
+/// the level is the message's own, kept in `p.level`.
+fn logging_fields<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let level = |w: &str| match w {
+        "DEBUG" => Some(Level::Trace),
+        "INFO" => Some(Level::Info),
+        "WARNING" | "WARN" => Some(Level::Warn),
+        "ERROR" | "CRITICAL" | "FATAL" => Some(Level::Error),
+        _ => None,
+    };
+    let (first, rest) = s.split_once(" - ")?;
+    let (lvl, msg) = match level(first) {
+        Some(l) => (l, rest),
+        None => {
+            // A logger name: dotted words, no blank.
+            let name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-');
+            if first.is_empty() || !first.bytes().all(name) {
+                return None;
+            }
+            let (word, msg) = rest.split_once(" - ")?;
+            (level(word)?, msg)
+        }
+    };
+    p.level = Some(lvl);
+    Some(msg)
+}
+
+/// NeMo's logger head, `[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]` (its debug
+/// formatter adds ` rank:%(rank)s`; nemo/utils/formatters/base.py): the level letter is the
+/// message's own. Its module is NeMo's logging wrapper for nearly every line (`nemo_logging:349`),
+/// so no site is kept: it says nothing of where the message comes from.
+fn nemo_head<'a>(inner: &str, after: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
+    let t = inner.strip_prefix("NeMo ")?;
+    let level = match t.as_bytes().first()? {
+        b'D' => Level::Trace,
+        b'I' => Level::Info,
+        b'W' => Level::Warn,
+        b'E' | b'C' => Level::Error,
+        _ => return None,
+    };
+    let t = t.get(1..)?.strip_prefix(' ')?;
+    let (date, time) = (t.get(..10)?, t.get(11..19)?);
+    let mut f = t.get(19..)?.strip_prefix(' ')?.split(' ');
+    source_file(f.next()?)?;
+    let rank = match f.next() {
+        Some(r) => Some(r.strip_prefix("rank:")?.parse::<u32>().ok()?),
+        None => None,
+    };
+    if f.next().is_some() || !(after.is_empty() || after.starts_with(' ')) {
+        return None;
+    }
+    let ts = super::record::date_time_secs(date, time)?;
+    p.ts = Some(ts);
+    p.level = Some(level);
+    p.rank = rank.or(p.rank);
+    Some(after.strip_prefix(' ').unwrap_or(after))
 }
 
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
@@ -445,6 +522,7 @@ fn logger_head<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     let (m, d) = (mmdd.next().unwrap_or(0), mmdd.next().unwrap_or(0));
     p.ts = super::record::month_day_secs(m, d, &rest[6..14]).or(p.ts);
     p.level = Some(level);
+    p.head_repeats = true;
     p.site = Some(file);
     Some(after)
 }
@@ -477,6 +555,7 @@ fn ray_core_head<'a>(inner: &str, after: &'a str, p: &mut Prefixed<'a>) -> Optio
     p.ts = Some(ts);
     p.pid = pid.parse().ok().or(p.pid);
     p.level = Some(level);
+    p.head_repeats = true;
     p.site = site;
     Some(rest)
 }
@@ -726,5 +805,34 @@ mod tests {
         assert!(p.unrelated_warning());
         assert_eq!(strip_prefixes("[2023-07-11 15:20:15,496 W x 1] a.cc:1: m").level, None);
         assert_eq!(strip_prefixes("[2023-07-11 15:20:15,4é6 W 1 1] a.cc:1: m").level, None);
+    }
+
+    #[test]
+    fn nemo_and_python_logging_heads_keep_their_level() {
+        // NeMo: the level letter, the stamp, its logging wrapper's module (no site kept), the
+        // debug formatter's rank; a head written once per message.
+        let p = strip_prefixes("[NeMo W 2025-06-13 03:48:23 nemo_logging:405] Could not copy Trainer's 'max_steps'");
+        assert_eq!((p.level, p.site, p.rest), (Some(Level::Warn), None, "Could not copy Trainer's 'max_steps'"));
+        assert!(p.ts.is_some() && !p.head_repeats && !p.unrelated_warning());
+        let p = strip_prefixes("[NeMo I 2025-06-13 03:48:23 nemo_logging:393 rank:3] Using a strategy");
+        assert_eq!((p.level, p.rank, p.rest), (Some(Level::Info), Some(3), "Using a strategy"));
+        assert_eq!(strip_prefixes("[NeMo X 2025-06-13 03:48:23 nemo_logging:405] m").level, None);
+        assert_eq!(strip_prefixes("[NeMo W 2025-06-13 03:48:23 nemo logging] m").level, None);
+        // torchtitan: `[titan] `, then Python logging's stamp, logger name and level.
+        let p = strip_prefixes(
+            "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
+        );
+        assert_eq!((p.rank, p.level, p.rest), (Some(0), Some(Level::Warn), "Dataset c4_test is being re-looped"));
+        assert!(p.ts.is_some() && !p.head_repeats);
+        let p =
+            strip_prefixes("[titan] 2026-09-11 23:05:43,256 - torchtitan.distributed.parallel_dims - INFO - Building");
+        assert_eq!((p.level, p.rest), (Some(Level::Info), "Building"));
+        // A basicConfig without the logger's name; a stamp with no level after it keeps its text.
+        assert_eq!(strip_prefixes("2024-05-15 07:06:42,123 - ERROR - boom").level, Some(Level::Error));
+        let p = strip_prefixes("2024-05-15 07:06:42,123 - a note - with dashes");
+        assert_eq!((p.level, p.rest), (None, "- a note - with dashes"));
+        assert_eq!(rest("[titan] not a stamp"), "[titan] not a stamp");
+        // vLLM's head repeats on each line of a message.
+        assert!(strip_prefixes("WARNING 03-22 18:40:47 [custom_all_reduce.py:137] x").head_repeats);
     }
 }

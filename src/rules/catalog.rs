@@ -1,7 +1,8 @@
 //! What the message catalogue (rules/catalog/, written by scripts/catalog/generate.py) gives the
 //! engine: the NCCL releases a log's WARN/ATTN sites point to, and the NCCL a torch release's wheel
 //! pins. The hand-written rules/fingerprints.toml still serves releases the catalogue lacks. And the
-//! messages torch.distributed, accelerate, DeepSpeed and Lightning print (rules/catalog/known.toml),
+//! messages torch.distributed and the launch and training libraries (accelerate, DeepSpeed,
+//! Lightning, torchtitan, megatron-core, NeMo) print (rules/catalog/known.toml),
 //! each with its class, so that a line of one that no rule reads is still named (`Known`).
 
 use std::collections::{BTreeSet, HashMap};
@@ -503,10 +504,10 @@ pub struct KnownMsg {
 impl KnownMsg {
     /// The library as users name it.
     pub fn lib_name(&self) -> &str {
-        if self.lib == "torch" {
-            "torch.distributed"
-        } else {
-            &self.lib
+        match self.lib.as_str() {
+            "torch" => "torch.distributed",
+            "nemo" => "NeMo",
+            lib => lib,
         }
     }
 

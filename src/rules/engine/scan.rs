@@ -173,7 +173,7 @@ impl Engine {
         want: Want<'_>,
     ) {
         self.split_version(st, src, p.rest);
-        if p.level.is_some() {
+        if p.level.is_some() && p.head_repeats {
             // The same head on the line before: a later line of one multi-line message, whose
             // level is its text's (a traceback's frames under an `ERROR` head are not errors).
             let head = &raw[..p.head_end.min(raw.len())];

@@ -280,6 +280,20 @@ fn catalogued_messages_without_a_rule_get_their_class_and_errors_stay_failures()
 }
 
 #[test]
+fn two_warnings_under_one_nemo_head_keep_their_level() {
+    // NeMo writes its head once per message: the same head on the next line (the same second, its
+    // one logging site) is another message, not the first continued, and stays a warning.
+    let e = engine();
+    let w = "[NeMo W 2025-06-13 03:48:23 nemo_logging:405] Could not copy Trainer's 'max_steps' to LR scheduler's \
+             'max_steps'. If you are not using an LR scheduler, this warning can safely be ignored.\n";
+    let a = e.analyze(&[mem("n.log", format!("{w}{w}"))], &Options::default()).unwrap();
+    assert_eq!(a.verdict, Verdict::Benign, "{:?}", a.unexplained);
+    let f = a.findings.iter().find(|f| f.rule == "known-config-notice").expect("the known finding");
+    assert_eq!(f.count, 2, "both lines are warnings of the catalogued message");
+    assert!(f.title.contains("NeMo"), "{}", f.title);
+}
+
+#[test]
 fn metric_and_progress_lines_and_unrelated_import_warnings_are_no_failures() {
     let e = engine();
     let log = "epoch 1 val error 0.41 val loss 1.03\n\
