@@ -32,8 +32,8 @@ LIBS = {
     "deepspeed": {
         "pypi": "deepspeed",
         "form": "sdist",
-        "versions": ["0.9.5", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.5", "0.15.4", "0.16.9", "0.17.6",
-                     "0.18.9", "0.19.8"],
+        "versions": ["0.7.7", "0.8.3", "0.9.5", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.5", "0.15.4",
+                     "0.16.9", "0.17.6", "0.18.9", "0.19.8"],
         # The launcher, comm, the runtime (engine, ZeRO, pipeline, config), accelerators, elasticity,
         # utils, and the op builders whose import-time warnings (`async_io requires the dev libaio`)
         # head most DeepSpeed logs.
@@ -110,7 +110,11 @@ def calls(lib, base):
             (re.compile(r"(?<![\w])self\.warning\("), "warning", 0),
         ],
     }.get(lib, [])
-    return [c for c in base if c[1] != "raise"] + own
+    # A logger reached through a module or an object (DeepSpeed's comm.py: `utils.logger.warn(...)`,
+    # `self.logger.warning(...)`): torch's table wants it bare.
+    qualified = [(re.compile(r"(?<![\w.])(?:utils|self|cls)\.(?:logger|_logger|log)\."
+                             r"(warning_once|warning|warn|error|info|exception|critical)\("), None, 0)]
+    return [c for c in base if c[1] != "raise"] + qualified + own
 
 
 def family(lib, path):
