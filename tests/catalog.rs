@@ -695,7 +695,7 @@ fn coverage_doc() -> String {
          when a `rules/catalog/exceptions*.toml` file names it with a reason, **known** when no rule reads it\n\
          but the engine finds it in `rules/catalog/known.toml` from the same rendering and gives it the finding\n\
          of its class (`known-*`, rules/known-sites.toml). NCCL: WARN and ATTN sites (and wheel-only sites\n\
-         whose level could not be read), NCCL 2.18.1-2.32.3; torch 2.0-2.15: messages raised, warned or logged\n\
+         whose level could not be read), NCCL 2.18.1-2.32.3; torch 1.8-2.15: messages raised, warned or logged\n\
          by `torch/distributed/**.py` and `torch/nn/parallel/**.py`, and the C++ c10d sites read from the\n\
          wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
          accelerate 0.18-1.16, DeepSpeed 0.9-0.19, Lightning 2.0-2.6, torchtitan 0.1-0.3, megatron-core\n\

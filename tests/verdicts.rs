@@ -348,3 +348,25 @@ fn a_nemo_headed_warning_the_catalogue_holds_is_benign_not_unknown() {
     assert_eq!(v["unexplained"].as_array().map_or(0, Vec::len), 0, "{v}");
     assert_eq!(v["unrelated"]["count"], 1, "the pydub RuntimeWarning under NeMo's head: {v}");
 }
+
+#[test]
+fn torch_1x_ddp_hint_is_a_known_performance_hint() {
+    // mlpc-ucsd/LETR#4 (2021-08-31): torch 1.8's wording of the DDP reducer's hint (2.x adds "in the
+    // forward pass"), behind 1.x's c10 prefix with no date and its `(function operator())` tail.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("train.log");
+    std::fs::write(
+        &p,
+        "[W reducer.cpp:1050] Warning: find_unused_parameters=True was specified in DDP constructor, but did \
+         not find any unused parameters. This flag results in an extra traversal of the autograd graph every \
+         iteration, which can adversely affect performance. If your model indeed never has any unused \
+         parameters, consider turning this flag off. Note that this warning may be a false positive your \
+         model has flow control causing later iterations to have unused parameters. (function operator())\n",
+    )
+    .unwrap();
+    let (v, code) = explain(&[p.to_str().unwrap()]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], "known-performance-hint", "{v}");
+    // The catalogue has the hint at reducer.cpp:1050 in 1.8.1 only: the torch release follows.
+    assert_eq!(v["torch_version"], "1.8.1", "{v}");
+}

@@ -47,7 +47,7 @@ NCCL_EXTS = (".cc", ".cpp", ".h", ".hpp", ".c")
 # ncclDebugLogLevel (include/nccl_common.h); 6 is the ATTN level 2.32 adds (read from its code).
 NCCL_LEVELS = {1: "VERSION", 2: "WARN", 3: "INFO", 4: "ABORT", 5: "TRACE", 6: "ATTN"}
 
-TORCH_VERSIONS = ["2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
+TORCH_VERSIONS = ["1.8.1", "1.9.1", "1.10.2", "1.11.0", "1.12.1", "1.13.1", "2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1",
                   "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
 # NVSHMEM: the last release of each minor on PyPI; DeepEP: its V1 tag and the V2 / hybrid-EP branches,
 # pinned to the commits read (a branch moves; a rerun must read the same code).
@@ -64,7 +64,15 @@ TORCH_PY_DIRS = ("torch/distributed/", "torch/nn/parallel/")
 TORCH_PY_KEEP = re.compile(r"torch/(?:distributed|nn/parallel)/.*\.py$")
 # The C++ c10d code lives in these libraries of the wheel (ProcessGroupNCCL in the CUDA one; the
 # stores, sockets and Backend in the CPU one); its sites are read from their machine code.
-TORCH_LIBS = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cpu.so")
+# 1.13 splits the CUDA one into libtorch_cuda_cpp.so (ProcessGroupNCCL) and libtorch_cuda_cu.so (kernels);
+# a wheel's libraries of these that it lacks are skipped.
+TORCH_LIBS = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cuda_cpp.so", "torch/lib/libtorch_cuda_cu.so",
+              "torch/lib/libtorch_cpu.so")
+# torch 1.8 and 1.9 built c10d (then torch/lib/c10d/) into libtorch_python.so: read there for releases before
+# 1.10, keeping only torch/lib/c10d's sites (the Python bindings of torch/csrc/distributed/c10d/init.cpp
+# are not read in any release).
+TORCH_PYTHON_LIB = "torch/lib/libtorch_python.so"
+TORCH_PYTHON_LIB_BEFORE = (1, 10)
 # C++ files of c10d outside the process-group / store / socket / watchdog code (Gloo, DDP's reducer,
 # symmetric memory, kernels): catalogued, counted as family `other`.
 TORCH_CPP_OTHER = re.compile(r"ProcessGroupGloo|Gloo|reducer|quantization|SymmetricMemory|symm_mem|AsyncMM|"
@@ -115,7 +123,7 @@ TORCH_PY_FAMILIES = [
 
 def torch_family(path, text):
     low = text.lower()
-    if path.startswith("torch/csrc/"):
+    if path.startswith(("torch/csrc/", "torch/lib/c10d/")):
         name = path.rsplit("/", 1)[-1]
         if re.search(r"reducer|comm_hook|default_comm_hooks|logger\.cpp", path):
             return "ddp"
@@ -680,13 +688,15 @@ def fetch_torch_cpp(cache):
         w = pick_wheel(index, v)
         rz = RemoteZip(w["url"], w["size"])
         sites = []
-        for lib in TORCH_LIBS:
+        old = vkey(v) < TORCH_PYTHON_LIB_BEFORE
+        for lib in TORCH_LIBS + ((TORCH_PYTHON_LIB,) if old else ()):
             if lib not in rz.members:
                 continue
             tmp = os.path.join(cache, "torch", v, "lib.so")
             with open(tmp, "wb") as f:
                 f.write(rz.read_many([lib])[lib])
-            sites += [[lib] + list(x) for x in torch_cpp.binary_sites(tmp)]
+            sites += [[lib] + list(x) for x in torch_cpp.binary_sites(tmp)
+                      if lib != TORCH_PYTHON_LIB or x[0].startswith("torch/lib/c10d/")]
             os.remove(tmp)
         with open(dest, "w") as f:
             json.dump({"wheel": w["filename"], "sites": sorted(sites)}, f, indent=0)

@@ -21,10 +21,15 @@ import re
 import struct
 import subprocess
 
-C10D_FILE = re.compile(rb"torch/csrc/distributed/c10d/[A-Za-z0-9_/]+\.(?:cpp|hpp|h|cu)\0")
+# torch 1.10 on: torch/csrc/distributed/c10d/; 1.8, 1.9: torch/lib/c10d/ (headers included as `../c10d/X.hpp`).
+C10D_FILE = re.compile(rb"torch/(?:csrc/distributed|lib)/c10d/(?:\.\./c10d/)?[A-Za-z0-9_/]+\.(?:cpp|hpp|h|cu)\0")
 SOURCE_PATH = re.compile(r"/?[\w./-]+\.(?:cpp|hpp|h|cu|cuh|cc)")
 # An insertion into the log's stream: operator<< (mangled `ls`), __ostream_insert, _M_insert.
 INSERT = re.compile(r"ls[EI]|ostream_insert|_M_insert")
+# TORCH_CHECK(cond)'s own text, printed only when the call gives no message.
+DEFAULT_CHECK = re.compile(r"Expected .* to be true, but got false\.  \(Could this error message be improved\?")
+# libstdc++'s exception texts, inlined beside a check (`basic_string: construction from null is not valid`).
+LIBSTDCXX = re.compile(r"basic_string|cannot create std::|vector::")
 SEVERITY = {0: "INFO", 1: "WARNING", 2: "ERROR", 3: "FATAL"}
 INSN = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 TARGET = re.compile(r"#\s*([0-9a-f]+)")
@@ -136,6 +141,9 @@ def kind_of(callee):
         return "LOG"
     if "WarningC" in callee and "c10" in callee:
         return "TORCH_WARN"
+    # torch 1.x: TORCH_WARN calls the static c10::Warning::warn(SourceLocation, msg, verbatim).
+    if "3c107Warning4warnE" in callee:
+        return "TORCH_WARN"
     if "torchCheckFail" in callee:
         return "TORCH_CHECK"
     if "torchInternalAssertFail" in callee:
@@ -154,7 +162,7 @@ def binary_sites(path):
     ra, roff, rsize, _, _ = secs[".rodata"]
     files = {}
     for m in C10D_FILE.finditer(data, roff, roff + rsize):
-        name = m.group(0)[:-1].decode()
+        name = m.group(0)[:-1].decode().replace("/../c10d/", "/")
         start = data.rfind(b"\0", roff, m.start()) + 1
         # The string's start, and each '/' of the build directory before it (a string may be the
         # tail of a longer one).
@@ -248,6 +256,12 @@ def binary_sites(path):
                     s = rodata_string(data, secs, lt[1])
                     if s and not IDENT.fullmatch(s) and not SOURCE_PATH.fullmatch(s):
                         pieces.append(s)
+        if kind == "TORCH_CHECK" and len(pieces) > 1:
+            # torch 1.x loads TORCH_CHECK(cond, msg...)'s default text beside the user's message even
+            # where it prints only the message (torchCheckMsgImpl picks it): the default is no piece of it.
+            # (Not when what is left is only libstdc++'s own throw texts that the window caught.)
+            kept = [p for p in pieces if not (p and DEFAULT_CHECK.match(p))]
+            pieces = kept if any(p is not None and not LIBSTDCXX.match(p) for p in kept) else pieces
         fmt = join(pieces)
         if kind == "THROW":
             # The exception's class: its vtable, stored into the object after the constructor.
@@ -256,6 +270,9 @@ def binary_sites(path):
                 if m:
                     kind = m.group(2)[:int(m.group(1))]
                     break
+        if kind == "THROW" and " INTERNAL ASSERT FAILED at " in fmt:
+            # torch 1.8: TORCH_INTERNAL_ASSERT throws c10::Error with the text built in place.
+            kind = "INTERNAL_ASSERT"
         if kind == "INTERNAL_ASSERT":
             fmt = re.sub(r' INTERNAL ASSERT FAILED at ".*', "", fmt)
         level = SEVERITY[sev] if kind == "LOG" else kind
