@@ -698,7 +698,7 @@ fn coverage_doc() -> String {
          whose level could not be read), NCCL 2.18.1-2.32.3; torch 1.8-2.15: messages raised, warned or logged\n\
          by `torch/distributed/**.py` and `torch/nn/parallel/**.py`, and the C++ c10d sites read from the\n\
          wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
-         accelerate 0.18-1.16, DeepSpeed 0.9-0.19, Lightning 2.0-2.6, torchtitan 0.1-0.3, megatron-core\n\
+         accelerate 0.18-1.16, DeepSpeed 0.7-0.19, Lightning 2.0-2.6, torchtitan 0.1-0.3, megatron-core\n\
          0.5-0.19, NeMo 1.23-3.0 (its core, utils, lightning and Megatron training paths): their warnings\n\
          and log lines;\n\
          NVSHMEM 3.1-3.8: the message strings of the wheel's libraries; DeepEP: its asserts, printf and raised\n\
