@@ -379,12 +379,14 @@ fn iso_ts<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
 /// (torchtitan's `root - WARNING - `, a basicConfig of `%(asctime)s - %(name)s - %(levelname)s - `):
 /// the level is the message's own, kept in `p.level`.
 fn logging_fields<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
-    let level = |w: &str| match w {
-        "DEBUG" => Some(Level::Trace),
-        "INFO" => Some(Level::Info),
-        "WARNING" | "WARN" => Some(Level::Warn),
-        "ERROR" | "CRITICAL" | "FATAL" => Some(Level::Error),
-        _ => None,
+    // `logging.warn` and `logging.fatal` are aliases; their records print WARN/FATAL where a
+    // formatter or handler renamed the levels.
+    let level = |w: &str| {
+        python_level(w).or(match w {
+            "WARN" => Some(Level::Warn),
+            "FATAL" => Some(Level::Error),
+            _ => None,
+        })
     };
     let (first, rest) = s.split_once(" - ")?;
     let (lvl, msg) = match level(first) {
@@ -401,6 +403,17 @@ fn logging_fields<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     };
     p.level = Some(lvl);
     Some(msg)
+}
+
+/// Python logging's `%(levelname)s` as a level.
+fn python_level(word: &str) -> Option<Level> {
+    match word {
+        "DEBUG" => Some(Level::Trace),
+        "INFO" => Some(Level::Info),
+        "WARNING" => Some(Level::Warn),
+        "ERROR" | "CRITICAL" => Some(Level::Error),
+        _ => None,
+    }
 }
 
 /// NeMo's logger head, `[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]` (its debug
@@ -491,13 +504,7 @@ fn compose(s: &str) -> Option<&str> {
 /// The level is the message's own, kept in `p.level`.
 fn logger_head<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     let (word, rest) = s.split_once(' ')?;
-    let level = match word {
-        "DEBUG" => Level::Trace,
-        "INFO" => Level::Info,
-        "WARNING" => Level::Warn,
-        "ERROR" | "CRITICAL" => Level::Error,
-        _ => return None,
-    };
+    let level = python_level(word)?;
     let b = rest.as_bytes();
     let date_ok = b.len() > 15
         && b[2] == b'-'
