@@ -370,3 +370,65 @@ fn torch_1x_ddp_hint_is_a_known_performance_hint() {
     // The catalogue has the hint at reducer.cpp:1050 in 1.8.1 only: the torch release follows.
     assert_eq!(v["torch_version"], "1.8.1", "{v}");
 }
+
+/// Writes `lines` to a log file in a fresh folder and explains it.
+fn explain_lines(lines: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("run.log");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    explain(&[p.to_str().unwrap()]).0
+}
+
+/// hiyouga/LlamaFactory#8045: the worker node cannot reach the master; NCCL's INFO retries (the WARN
+/// that follows the last one was not posted).
+const RETRIES_8045: [&str; 3] = [
+    "zgiot:1183664:1184669 [0] NCCL INFO socketPollConnect: connect returned No route to host, retrying (32/34) after sleep for 3200 msec",
+    "zgiot:1183664:1184669 [0] NCCL INFO socketPollConnect: connect returned No route to host, retrying (33/34) after sleep for 3300 msec",
+    "zgiot:1183664:1184669 [0] NCCL INFO socketPollConnect: connect returned No route to host, retrying (34/34) after sleep for 3400 msec",
+];
+
+#[test]
+fn a_retry_loop_that_reaches_its_last_attempt_is_a_failure_whatever_its_level() {
+    let v = explain_lines(&RETRIES_8045);
+    assert_eq!(v["verdict"], "actionable", "{v}");
+    let p = &v["primary"];
+    assert_eq!(p["rule"], "nccl-socket-connect-retrying");
+    assert!(p["evidence"][0]["text"].as_str().unwrap().contains("retrying (34/34)"), "{p}");
+    assert!(p["context"].as_str().unwrap().contains("the retries ran out"), "{p}");
+    // Before the last attempt the same INFO retries decide nothing: INFO chatter, clean.
+    let v = explain_lines(&RETRIES_8045[..2]);
+    assert_eq!(v["verdict"], "clean", "{v}");
+}
+
+/// fdbtrs/IDiff-Face#14: rank 0 waits in the store-based barrier for 7 of 8 workers; nothing follows.
+#[test]
+fn a_store_barrier_still_waiting_where_the_log_ends_is_actionable() {
+    let wait = "[2025-03-11 05:21:04,421][torch.distributed.distributed_c10d][INFO] - Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=8, worker_count=1, timeout=0:30:00)";
+    let v = explain_lines(&[
+        "[2025-03-11 05:20:54,412][torch.distributed.distributed_c10d][INFO] - Added key: store_based_barrier_key:1 to store for rank: 0",
+        wait,
+        &wait.replace("05:21:04,421", "05:21:14,425"),
+    ]);
+    assert_eq!(v["verdict"], "actionable", "{v}");
+    assert_eq!(v["primary"]["rule"], "torch-store-barrier-waiting");
+    let ctx = v["primary"]["context"].as_str().unwrap();
+    assert!(ctx.contains("never reached init_process_group"), "{ctx}");
+}
+
+/// uccl-project/uccl#684: UCCL-EP's own error line, which no rule reads, then torchrun stops the
+/// other workers: the error is the cause, not the SIGTERM cascade.
+#[test]
+fn an_unexplained_error_before_a_launchers_reaction_is_the_primary() {
+    let v = explain_lines(&[
+        "[tuning] SMs 24, NVL chunk 40, RDMA chunk 32, transmit: 1911.00 us, notify: 88.27 us, BW: 31.58 GB/s (RDMA), 103.29 GB/s (NVL)",
+        "Error: duplicate seq 4 arrival",
+        "W0124 01:02:58.545000 1 torch/distributed/elastic/multiprocessing/api.py:908] Sending process 71 closing signal SIGTERM",
+        "W0124 01:02:58.546000 1 torch/distributed/elastic/multiprocessing/api.py:908] Sending process 73 closing signal SIGTERM",
+    ]);
+    assert_eq!(v["verdict"], "actionable", "{v}");
+    let p = &v["primary"];
+    assert_eq!(p["rule"], "unexplained-cause");
+    assert_eq!(p["evidence"][0]["text"], "Error: duplicate seq 4 arrival");
+    assert!(v["unexplained"].as_array().unwrap().is_empty(), "the line is the finding's now: {v}");
+    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "launcher-sigterm-cascade"));
+}

@@ -346,7 +346,9 @@ impl Assembler {
         }
         if o.payload_next {
             o.payload_next = false;
-            if !msg.is_empty() && !starts_record(msg) {
+            // An empty payload (torch prints `Last error:` and nothing when NCCL kept none) is
+            // followed by c10's backtrace header, which restates nothing.
+            if !msg.is_empty() && !starts_record(msg) && !msg.starts_with("Exception raised from") {
                 o.push(line, raw, p, Role::Payload, msg.to_string(), Flags { continuation: true, ..Flags::default() });
                 if let Some(h) = o.head {
                     let head = o.parts[h].raw.clone();

@@ -66,6 +66,16 @@ pub struct RuleDef {
     /// connected`): such a line after the finding's first makes it one harmless record.
     #[serde(default)]
     pub resolved_by: Vec<String>,
+    /// The rule's lines count attempts: its patterns capture `try` and `max` (`retrying (34/34)`).
+    /// A line whose `try` reaches `max` is the last attempt: with no `resolved_by` line after
+    /// it, the retries ran out, and the finding is a failure however quiet its level.
+    #[serde(default)]
+    pub last_attempt: bool,
+    /// A wait (`resolved_by` names the line that ends it) that no such line follows on a run not
+    /// seen to succeed: what that means. The finding is then actionable with this as its context
+    /// (a store barrier still waiting for the other workers when the log ends).
+    #[serde(default)]
+    pub unresolved: Option<String>,
     /// Texts of the line that says the most of this rule's lines (the heartbeat monitor's fatal
     /// `watchdog got stuck` after its `timed out`): the first line holding one leads the evidence.
     #[serde(default)]
@@ -281,6 +291,14 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
     if def.patterns.is_empty() {
         bail!("{}", ctx("it has no patterns".into()));
     }
+    if def.last_attempt {
+        if let Some(i) = def.patterns.iter().position(|p| !p.contains("(?P<try>") || !p.contains("(?P<max>")) {
+            bail!("{}", ctx(format!("last_attempt is set, but pattern {} captures no `try` and `max` groups", i + 1)));
+        }
+    }
+    if def.unresolved.is_some() && def.resolved_by.is_empty() {
+        bail!("{}", ctx("unresolved is set without resolved_by: nothing could end the wait".into()));
+    }
     for (i, p) in def.patterns.iter().enumerate() {
         // Built-in patterns were checked when the binary was built (`build.rs`).
         if built::CHECKED.binary_search(&p.as_str()).is_ok() {
@@ -461,6 +479,20 @@ fix = "f"
     fn duplicate_id_is_an_error() {
         let e = parse_rule_file("d.toml", &format!("{OK}\n{OK}")).unwrap_err().to_string();
         assert!(e.contains("defined twice"), "{e}");
+    }
+
+    #[test]
+    fn attempt_and_wait_keys_are_checked() {
+        let e = parse_rule_file("a.toml", &OK.replace("fix = \"f\"", "fix = \"f\"\nlast_attempt = true"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.toml") && e.contains("`try` and `max`"), "{e}");
+        let counted = OK.replace(r"abc \d+", r"retrying \((?P<try>\d+)/(?P<max>\d+)\)");
+        assert!(parse_rule_file("a.toml", &counted.replace("fix = \"f\"", "fix = \"f\"\nlast_attempt = true")).is_ok());
+        let e = parse_rule_file("w.toml", &OK.replace("fix = \"f\"", "fix = \"f\"\nunresolved = \"still waiting\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w.toml") && e.contains("without resolved_by"), "{e}");
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub struct Engine {
     outcome_markers: Vec<OutcomeMarker>,
     /// The rule each class of catalogued message gets when no rule reads its line (rules/known-sites.toml).
     known_rules: Vec<(KnownClass, usize)>,
+    /// The rule an unexplained error line gets when it is the likely cause of a reaction
+    /// (`unexplained-cause`, rules/known-sites.toml).
+    unexplained_cause: Option<usize>,
+    /// The patterns of `last_attempt` rules, by rule, compiled on the first retry line.
+    attempt_res: OnceLock<Vec<(usize, Vec<Regex>)>>,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
     /// compile time of `unicode_set` and the same matches on ASCII text. Compiled on the first
     /// line the prefilter cannot narrow down (a small log may need none: its lines are matched by
@@ -175,6 +180,7 @@ impl Engine {
             .into_iter()
             .filter_map(|c| rules.iter().position(|r| r.def.id == c.rule_id()).map(|i| (c, i)))
             .collect();
+        let unexplained_cause = rules.iter().position(|r| r.def.id == "unexplained-cause");
         let unicode_set = OnceLock::new();
         if !ascii_ok {
             let set = scan::unicode_set(&pats).map_err(|e| {
@@ -198,6 +204,8 @@ impl Engine {
             markers,
             outcome_markers,
             known_rules,
+            unexplained_cause,
+            attempt_res: OnceLock::new(),
             ascii_set: OnceLock::new(),
             ascii_ok,
             unicode_set,
@@ -316,6 +324,7 @@ impl Engine {
         self.after_success(&mut findings, &st, outcome.status);
         self.apply_outcome(&mut findings, outcome.status);
         self.resolved(&mut findings, &st);
+        self.unresolved(&mut findings, &st, &ranks, outcome.status);
         self.teardown_undecided(&mut findings, outcome.status);
         self.precursors(&mut findings);
         self.version_readings(&mut findings, &vs);
@@ -326,6 +335,9 @@ impl Engine {
 
         let mut unexplained_hits = grouped.unexplained;
         unexplained_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let primary_idx = self
+            .unexplained_cause(&mut findings, primary_idx, &mut unexplained_hits, &st, &ranks, opts)
+            .or(primary_idx);
         let total_unexplained = unexplained_hits.len() as u64 + grouped.extra_unexplained;
         let templates = opts.templates.then(|| {
             let mut v: Vec<Template> = std::mem::take(&mut st.templates)

@@ -100,6 +100,41 @@ impl Engine {
         }
     }
 
+    /// The other side of `resolved`: a retry loop whose last attempt (`last_attempt`) no success
+    /// follows ran out of retries; a wait (`unresolved`) that nothing ended on a run not seen to
+    /// succeed is still waiting where the log stops. Either is a failure, however quiet its level.
+    pub(crate) fn unresolved(&self, findings: &mut [Cand], st: &State, ranks: &Ranks, outcome: RunOutcome) {
+        let ended = |rule: usize, after: &Hit| {
+            st.resolved.iter().any(|(r, h)| *r == rule && happened_before(after, h) == Some(true))
+        };
+        for c in findings.iter_mut() {
+            let d = &self.rules[c.rule].def;
+            let last = st.exhausted.iter().filter(|(r, _)| *r == c.rule).map(|(_, h)| h).find(|h| !ended(c.rule, h));
+            let why = match (last, &d.unresolved) {
+                (Some(h), _) if d.last_attempt => {
+                    // The last attempt leads the evidence: it is what makes this a failure.
+                    let ev = &mut c.finding.evidence;
+                    let n = ev.len();
+                    ev.retain(|e| !(e.line == h.line && Some(&e.source) == st.names.get(h.source)));
+                    ev.insert(0, st.evidence_of(h, ranks.of(h)));
+                    ev.truncate(n.max(1));
+                    let at = format!("{}:{}", st.names.get(h.source).map(String::as_str).unwrap_or("?"), h.line);
+                    format!("the last attempt ({at}) and no line after it shows success: the retries ran out")
+                }
+                (_, Some(meaning)) if outcome != RunOutcome::Succeeded && !ended(c.rule, &c.first) => {
+                    meaning.trim().to_string()
+                }
+                _ => continue,
+            };
+            c.finding.benign = false;
+            c.finding.severity =
+                c.finding.severity.max(if d.last_attempt { Severity::Error } else { Severity::Warning });
+            c.demotable = false;
+            c.chatter = false;
+            c.finding.context = Some(why);
+        }
+    }
+
     /// `needs_success` and `success_seen` rules: benign only on a run seen to succeed.
     /// An error finding of another rule reads as a failure here too (it is why the optional
     /// transport matters), though it does not decide the run's outcome.

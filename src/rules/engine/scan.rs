@@ -351,6 +351,11 @@ impl Engine {
         if let Some(o) = outcome {
             st.add_outcome(o, &hit);
         }
+        for &r in cands.iter().filter(|&&r| self.rules[r].def.last_attempt) {
+            if self.is_last_attempt(r, line) {
+                st.add_exhausted(r, hit.clone());
+            }
+        }
         if cands.is_empty() {
             if hit.warn && outcome != Some(Outcome::Succeeded) {
                 // A message the catalogue knows: the finding of its class, not an unknown line.
@@ -633,4 +638,25 @@ pub(crate) fn metric_or_progress(line: &str) -> bool {
         return false;
     }
     !log::looks_like_error(&value.replace_all(line, " "))
+}
+
+impl Engine {
+    /// Whether `line` is the last attempt a `last_attempt` rule counts: its `try` reached `max`.
+    /// Such lines are few (a retry loop's), so the rule's patterns are compiled on first need.
+    fn is_last_attempt(&self, rule: usize, line: &str) -> bool {
+        let res = self.attempt_res.get_or_init(|| {
+            self.rules
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.def.last_attempt)
+                .map(|(i, r)| (i, r.def.patterns.iter().filter_map(|p| Regex::new(p).ok()).collect()))
+                .collect()
+        });
+        let Some((_, pats)) = res.iter().find(|(i, _)| *i == rule) else { return false };
+        let text = log::strip_prefixes(line).rest;
+        pats.iter().filter_map(|re| re.captures(text).or_else(|| re.captures(line))).any(|c| {
+            let n = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
+            matches!((n("try"), n("max")), (Some(t), Some(m)) if t >= m)
+        })
+    }
 }

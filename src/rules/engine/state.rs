@@ -204,6 +204,8 @@ pub(crate) struct State {
     pub(crate) unrelated_dropped: u64,
     /// Lines that resolve what a rule reports (`resolved_by`): (rule, the line), the first few per rule.
     pub(crate) resolved: Vec<(usize, Hit)>,
+    /// A `last_attempt` rule's lines whose attempt count reached its maximum: (rule, the line).
+    pub(crate) exhausted: Vec<(usize, Hit)>,
     /// Inputs cut short (the --max-bytes limit).
     pub(crate) unread: Vec<String>,
 }
@@ -278,6 +280,12 @@ impl State {
         for (k, h) in o.outcomes {
             self.outcomes.push((k, shift(h)));
         }
+        for (r, h) in o.exhausted {
+            let h = shift(h);
+            if self.exhausted.iter().filter(|(x, _)| *x == r).count() < OUTCOME_KEEP {
+                self.exhausted.push((r, h));
+            }
+        }
         for (r, h) in o.resolved {
             self.resolved.push((r, shift(h)));
         }
@@ -342,6 +350,12 @@ impl State {
 
     pub(crate) fn unexplained_of(&self, h: Hit) -> Unexplained {
         Unexplained { source: self.names.get(h.source).cloned().unwrap_or_default(), line: h.line, text: h.text }
+    }
+
+    pub(crate) fn add_exhausted(&mut self, rule: usize, h: Hit) {
+        if self.exhausted.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
+            self.exhausted.push((rule, h));
+        }
     }
 
     pub(crate) fn add_resolved(&mut self, rule: usize, h: Hit) {
