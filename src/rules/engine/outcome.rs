@@ -55,7 +55,7 @@ impl Engine {
                     .max_by(|a, b| a.ts.partial_cmp(&b.ts).unwrap_or(std::cmp::Ordering::Equal))
             };
             let Some(last) = last.filter(|l| happened_before(l, &c.first) == Some(true)) else { continue };
-            let at = format!("{}:{}", st.names.get(last.source).map(String::as_str).unwrap_or("?"), last.line);
+            let at = st.at(last);
             c.finding.benign = true;
             c.demotable = true;
             c.finding.context = Some(format!("printed after the run's last success marker ({at}): {}", meaning.trim()));
@@ -90,7 +90,7 @@ impl Engine {
                 .map(|(_, h)| h)
                 .find(|h| happened_before(&c.first, h) == Some(true));
             let Some(h) = done else { continue };
-            let at = format!("{}:{}", st.names.get(h.source).map(String::as_str).unwrap_or("?"), h.line);
+            let at = st.at(h);
             c.finding.benign = true;
             c.finding.severity = c.finding.severity.min(Severity::Info);
             c.demotable = false;
@@ -118,7 +118,7 @@ impl Engine {
                     ev.retain(|e| !(e.line == h.line && Some(&e.source) == st.names.get(h.source)));
                     ev.insert(0, st.evidence_of(h, ranks.of(h)));
                     ev.truncate(n.max(1));
-                    let at = format!("{}:{}", st.names.get(h.source).map(String::as_str).unwrap_or("?"), h.line);
+                    let at = st.at(h);
                     format!("the last attempt ({at}) and no line after it shows success: the retries ran out")
                 }
                 (_, Some(meaning)) if outcome != RunOutcome::Succeeded && !ended(c.rule, &c.first) => {

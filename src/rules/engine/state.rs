@@ -348,6 +348,11 @@ impl State {
         }
     }
 
+    /// `file:line` of a hit, for the text of a finding's context.
+    pub(crate) fn at(&self, h: &Hit) -> String {
+        format!("{}:{}", self.names.get(h.source).map(String::as_str).unwrap_or("?"), h.line)
+    }
+
     pub(crate) fn unexplained_of(&self, h: Hit) -> Unexplained {
         Unexplained { source: self.names.get(h.source).cloned().unwrap_or_default(), line: h.line, text: h.text }
     }
