@@ -11,7 +11,6 @@ use std::rc::Rc;
 use std::sync::LazyLock;
 
 use regex::Regex;
-use streaming_iterator::StreamingIterator;
 
 use super::check::{Check, Pattern};
 use super::python::{Call, Ctx, Module, FINALLY_ARM};
@@ -30,7 +29,42 @@ struct Helper {
 /// Helpers by function name, for the lookup from a call.
 #[derive(Default)]
 pub struct Helpers {
-    by_name: HashMap<String, Vec<Helper>>,
+    by_name: HashMap<String, NameHelpers>,
+}
+
+/// The helpers of one name, in the order found, and the same by module (a call in a file that
+/// defines the name looks at that file's only).
+#[derive(Default)]
+struct NameHelpers {
+    all: Vec<Helper>,
+    by_module: HashMap<usize, Vec<Helper>>,
+}
+
+impl Helpers {
+    fn push(&mut self, name: String, x: Helper) {
+        let e = self.by_name.entry(name).or_default();
+        e.all.push(x);
+        e.by_module.entry(x.module).or_default().push(x);
+    }
+
+    /// The helpers a call of `name` in module `mi` may mean: that module's when it defines the
+    /// name (`own`), else all.
+    fn of(&self, name: &str, mi: usize, own: bool) -> &[Helper] {
+        let Some(e) = self.by_name.get(name) else { return &[] };
+        if own {
+            e.by_module.get(&mi).map_or(&[], Vec::as_slice)
+        } else {
+            &e.all
+        }
+    }
+}
+
+/// The calls of one name: by module, and those in modules that define no plain function of that
+/// name (the only ones that can mean another file's function), in (module, call) order.
+#[derive(Default)]
+struct NameCalls {
+    by_module: HashMap<usize, Vec<usize>>,
+    foreign: Vec<CallRef>,
 }
 
 pub struct Site {
@@ -39,6 +73,9 @@ pub struct Site {
     pub end: usize,
     pub scope: usize,
     pub call: Option<usize>,
+    /// Its statement context and guards (`Module::ctx`, `Module::is_guarded`).
+    pub ctx: u32,
+    pub guarded: u64,
     /// Said after the check's message (where the chain starts, which call came first).
     pub notes: Vec<String>,
 }
@@ -105,7 +142,7 @@ pub struct Memo {
 pub struct Program {
     pub modules: Vec<Module>,
     /// Calls by their last name.
-    by_name: HashMap<String, Vec<CallRef>>,
+    by_name: HashMap<String, NameCalls>,
     /// Per module and scope, its calls in source order.
     scope_calls: Vec<Vec<Vec<usize>>>,
     /// Per module and scope, its calls that are not inside another call's arguments.
@@ -159,15 +196,20 @@ impl Program {
             }
             m.calls.sort_by_key(|c| c.start);
         }
-        modules.iter_mut().for_each(Module::reset_ctxs);
-        let mut by_name: HashMap<String, Vec<CallRef>> = HashMap::new();
+        let mut by_name: HashMap<String, NameCalls> = HashMap::new();
         let mut scope_calls = Vec::new();
         let mut outer_calls = Vec::new();
-        let mut defined = Vec::new();
+        let mut defined: Vec<HashSet<String>> = Vec::new();
         for (mi, m) in modules.iter().enumerate() {
+            let mine: HashSet<String> =
+                m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()).collect();
             let mut per_scope = vec![Vec::new(); m.scopes.len()];
             for (ci, c) in m.calls.iter().enumerate() {
-                by_name.entry(c.last.clone()).or_default().push((mi, ci));
+                let e = by_name.entry(c.last.clone()).or_default();
+                e.by_module.entry(mi).or_default().push(ci);
+                if !mine.contains(&c.last) {
+                    e.foreign.push((mi, ci));
+                }
                 per_scope[c.scope].push(ci);
             }
             let mut outer = vec![Vec::new(); m.scopes.len()];
@@ -182,7 +224,7 @@ impl Program {
                     }
                 }
             }
-            defined.push(m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()).collect());
+            defined.push(mine);
             scope_calls.push(per_scope);
             outer_calls.push(outer);
         }
@@ -211,6 +253,21 @@ impl Program {
 
     fn call(&self, r: CallRef) -> &Call {
         &self.modules[r.0].calls[r.1]
+    }
+
+    /// The calls of `name` that may mean a function of module `mi` (`resolves` says which do),
+    /// in (module, call) order: that module's own, and those of the files that do not define the
+    /// name themselves (none for a method). A file defining the name calls its own, so the many
+    /// files that all define `main` never look at each other's calls.
+    fn candidates(&self, name: &str, mi: usize, method: bool) -> Vec<CallRef> {
+        let Some(e) = self.by_name.get(name) else { return Vec::new() };
+        let own = e.by_module.get(&mi).into_iter().flatten().map(|&ci| (mi, ci));
+        if method {
+            return own.collect();
+        }
+        let k = e.foreign.partition_point(|r| r.0 < mi);
+        let after = e.foreign[k..].iter().copied().filter(|r| r.0 != mi);
+        e.foreign[..k].iter().copied().chain(own).chain(after).collect()
     }
 
     pub fn direct(p: &Pattern, c: &Call) -> bool {
@@ -297,9 +354,7 @@ impl Program {
         // A file that defines the name itself calls its own (`resolves`): the other files' many
         // helpers of that name need no look (a tree of files that all define `main` was quadratic).
         let own = self.defined[mi].contains(&c.last);
-        h.by_name
-            .get(&c.last)
-            .and_then(|v| v.iter().find(|x| (!own || x.module == mi) && self.resolves(mi, c, x)).copied())
+        h.of(&c.last, mi, own).iter().find(|x| self.resolves(mi, c, x)).copied()
     }
 
     /// Functions standing for a call of `pats`. Normal (`tail` false): a function that makes such a
@@ -317,8 +372,7 @@ impl Program {
         let mut work = Vec::new();
         let mut add = |h: &mut Helpers, work: &mut Vec<Helper>, x: Helper| {
             if x.scope != 0 && all.insert(x) {
-                let name = self.modules[x.module].scopes[x.scope].name.clone();
-                h.by_name.entry(name).or_default().push(x);
+                h.push(self.modules[x.module].scopes[x.scope].name.clone(), x);
                 work.push(x);
             }
         };
@@ -343,8 +397,8 @@ impl Program {
             }
         }
         while let Some(x) = work.pop() {
-            let name = &self.modules[x.module].scopes[x.scope].name;
-            for &(mi, ci) in self.by_name.get(name).into_iter().flatten() {
+            let s = &self.modules[x.module].scopes[x.scope];
+            for (mi, ci) in self.candidates(&s.name, x.module, s.is_method) {
                 let c = &self.modules[mi].calls[ci];
                 if self.resolves(mi, c, &x) && counts(mi, ci) {
                     add(&mut h, &mut work, Helper { module: mi, scope: c.scope });
@@ -400,13 +454,10 @@ impl Program {
             return v.clone();
         }
         let me = Helper { module: mi, scope };
-        let name = &self.modules[mi].scopes[scope].name;
+        let s = &self.modules[mi].scopes[scope];
         let v: Vec<CallRef> = self
-            .by_name
-            .get(name)
+            .candidates(&s.name, mi, s.is_method)
             .into_iter()
-            .flatten()
-            .copied()
             .filter(|&(mj, ci)| {
                 let c = &self.modules[mj].calls[ci];
                 self.resolves(mj, c, &me) && !(mj == mi && c.scope == scope)
@@ -429,7 +480,8 @@ impl Program {
         }
         let _ = end;
         let conds: Vec<_> = ctx.conds.iter().filter(|c| inside.is_none_or(|i| c.start >= i)).cloned().collect();
-        let p = Rc::new(rank::path(&self.modules[mi], &conds));
+        let m = &self.modules[mi];
+        let p = Rc::new(rank::path(conds.iter().flat_map(|c| m.cond_parts(c))));
         self.path_cache.borrow_mut().insert(key, p.clone());
         p
     }
@@ -449,32 +501,29 @@ impl Program {
                             end: c.end,
                             scope: c.scope,
                             call: Some(ci),
+                            ctx: c.ctx,
+                            guarded: c.guarded,
                             notes: vec![],
                         });
                     }
                 }
             }
-            if let Some(kind) = &check.statement_kind {
-                for &(s, e) in m.statements.get(kind.as_str()).into_iter().flatten() {
-                    out.push(Site { module: mi, start: s, end: e, scope: m.scope_at(s, e), call: None, notes: vec![] });
-                }
-            } else if let Some(q) = &check.query {
-                let idx = q.capture_index_for_name("site").expect("checked at load");
-                let mut cur = tree_sitter::QueryCursor::new();
-                let mut it = cur.matches(q, m.tree.root_node(), m.src.as_bytes());
-                while let Some(mat) = it.next() {
-                    for cap in mat.captures.iter().filter(|c| c.index == idx) {
-                        let (s, e) = (cap.node.start_byte(), cap.node.end_byte());
-                        out.push(Site {
-                            module: mi,
-                            start: s,
-                            end: e,
-                            scope: m.scope_at(s, e),
-                            call: None,
-                            notes: vec![],
-                        });
-                    }
-                }
+            let stmts = match (&check.statement_kind, &check.def.site.query) {
+                (Some(kind), _) => m.statements.get(kind.as_str()),
+                (None, Some(q)) => m.query_sites.get(q),
+                (None, None) => None,
+            };
+            for st in stmts.into_iter().flatten() {
+                out.push(Site {
+                    module: mi,
+                    start: st.start,
+                    end: st.end,
+                    scope: st.scope,
+                    call: None,
+                    ctx: st.ctx,
+                    guarded: st.guarded,
+                    notes: vec![],
+                });
             }
         }
         out.sort_by_key(|s| (s.module, s.start));
@@ -507,14 +556,7 @@ impl Program {
                 return false;
             }
         }
-        let own;
-        let ctx = match site.call {
-            Some(ci) => m.call_ctx(ci),
-            None => {
-                own = m.ctx(site.start, site.end);
-                &own
-            }
-        };
+        let ctx = m.ctx(site.ctx);
         if check.in_branch.as_ref().is_some_and(|re| !m.cond_texts(ctx).any(|c| re.is_match(c))) {
             return false;
         }
@@ -541,7 +583,7 @@ impl Program {
         if w.rank_branch == Some(true) && !self.rank_branch(check, site, ctx) {
             return false;
         }
-        if check.guard.as_ref().is_some_and(|g| m.guarded(site.start, site.end, g)) {
+        if check.guard.as_ref().is_some_and(|g| m.is_guarded(site.guarded, g)) {
             return false;
         }
         if w.in_signal_handler == Some(true) && (site.scope == 0 || !m.handlers.contains(&m.scopes[site.scope].name)) {
@@ -958,7 +1000,7 @@ impl Program {
         let protected_here = match site.call {
             Some(ci) => self.lex_protected(check, site.module, ci),
             None => {
-                let ctx = self.modules[site.module].ctx(site.start, site.end);
+                let ctx = self.modules[site.module].ctx(site.ctx);
                 ctx.finally || ctx.except || self.scope_lex_protected(check, site.module, site.scope)
             }
         };
@@ -1033,20 +1075,14 @@ impl Program {
 
     /// A call under the guard, or of functions whose own calls of `pats` are all guarded.
     fn guarded_call(&self, mi: usize, c: &Call, pats: &[Pattern], h: &Helpers, g: &regex::Regex, depth: usize) -> bool {
-        if self.modules[mi].guarded(c.start, c.end, g) {
+        if self.modules[mi].is_guarded(c.guarded, g) {
             return true;
         }
         if depth >= MAX_DEPTH || Self::direct_any(pats, c) {
             return false;
         }
         let own = self.defined[mi].contains(&c.last);
-        let targets: Vec<&Helper> = h
-            .by_name
-            .get(&c.last)
-            .into_iter()
-            .flatten()
-            .filter(|x| (!own || x.module == mi) && self.resolves(mi, c, x))
-            .collect();
+        let targets: Vec<&Helper> = h.of(&c.last, mi, own).iter().filter(|x| self.resolves(mi, c, x)).collect();
         !targets.is_empty()
             && targets.iter().all(|x| {
                 self.calls_in(x.module, x.scope)
@@ -1082,7 +1118,7 @@ impl Program {
             });
             if actx.in_loop
                 || exclusive
-                || m.exits_before(a.start, a.end, site.start)
+                || m.exits_before(aj, site.start)
                 || check.guard.as_ref().is_some_and(|g| self.guarded_call(site.module, a, &check.calls, &h, g, 0))
             {
                 continue;

@@ -29,6 +29,8 @@ pub struct Options {
     pub torch: Option<Version>,
     /// `--python`: whose installed torch to read.
     pub python: Python,
+    /// Threads that parse the files (None: one per core). The report is the same whatever it is.
+    pub threads: Option<usize>,
 }
 
 /// Files given, and the `.py` files under folders given (see `walk`).
@@ -101,7 +103,7 @@ pub fn lint_files(files: &[PathBuf], opts: &Options) -> Result<LintReport> {
             (name, text, env)
         })
         .collect();
-    let mut r = run(sources)?;
+    let mut r = run(sources, opts.threads)?;
     r.files.extend(bad.iter().map(|e| e.source.clone()));
     r.errors.extend(bad);
     Ok(r)
@@ -109,43 +111,72 @@ pub fn lint_files(files: &[PathBuf], opts: &Options) -> Result<LintReport> {
 
 /// Lint in-memory sources (name, text) for one torch (None: unknown).
 pub fn lint_sources(sources: Vec<(String, String)>, torch: Option<Version>) -> Result<LintReport> {
+    lint_sources_on(sources, torch, None)
+}
+
+/// `lint_sources` with files parsed on `threads` threads (None: one per core).
+pub fn lint_sources_on(
+    sources: Vec<(String, String)>,
+    torch: Option<Version>,
+    threads: Option<usize>,
+) -> Result<LintReport> {
     let env = match torch {
         Some(v) => torch::TorchEnv::exact(v, format!("--torch {v}")),
         None => torch::TorchEnv::unknown("no torch version given"),
     };
-    run(sources.into_iter().map(|(n, t)| (n, t, env.clone())).collect())
+    run(sources.into_iter().map(|(n, t)| (n, t, env.clone())).collect(), threads)
 }
 
-/// Parse in parallel, one thread per share of the files.
+type Parsed = (Result<python::Module, python::SyntaxError>, String, torch::TorchEnv);
+
+/// Parse in parallel, each thread taking the next file (files of unequal size balance), the
+/// results in the files' order. Each file's facts are taken and its tree dropped in its thread.
 fn parse_all(
     sources: Vec<(String, String, torch::TorchEnv)>,
-) -> Vec<(Result<python::Module, python::SyntaxError>, String, torch::TorchEnv)> {
+    want: &python::Wanted,
+    threads: Option<usize>,
+) -> Vec<Parsed> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
     let n = sources.len();
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(n.max(1));
-    let one = |(name, text, env): (String, String, torch::TorchEnv)| (python::parse(&name, text), name, env);
+    let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let threads = threads.unwrap_or(cores).clamp(1, n.max(1));
+    let one = |(name, text, env): (String, String, torch::TorchEnv)| (python::parse(&name, text, want), name, env);
     if threads <= 1 {
         return sources.into_iter().map(one).collect();
     }
-    let chunk = n.div_ceil(threads);
-    let mut parts: Vec<Vec<_>> = Vec::new();
-    let mut it = sources.into_iter().peekable();
-    while it.peek().is_some() {
-        parts.push(it.by_ref().take(chunk).collect());
-    }
+    let inputs: Vec<Mutex<Option<_>>> = sources.into_iter().map(|s| Mutex::new(Some(s))).collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut got = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(slot) = inputs.get(i) else { break };
+            let src = slot.lock().expect("no thread panicked holding it").take().expect("taken once");
+            got.push((i, one(src)));
+        }
+        got
+    };
+    let mut out: Vec<Option<Parsed>> = (0..n).map(|_| None).collect();
     std::thread::scope(|s| {
-        let handles: Vec<_> =
-            parts.into_iter().map(|p| s.spawn(move || p.into_iter().map(one).collect::<Vec<_>>())).collect();
-        handles.into_iter().flat_map(|h| h.join().expect("a parse thread panicked")).collect()
-    })
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+        for h in handles {
+            for (i, r) in h.join().expect("a parse thread panicked") {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter().map(|r| r.expect("every file parsed")).collect()
 }
 
-fn run(sources: Vec<(String, String, torch::TorchEnv)>) -> Result<LintReport> {
+fn run(sources: Vec<(String, String, torch::TorchEnv)>, threads: Option<usize>) -> Result<LintReport> {
     let checks = check::builtin()?;
+    let want = python::Wanted::of(&checks);
     let names: Vec<String> = sources.iter().map(|(n, _, _)| n.clone()).collect();
     let mut modules = Vec::new();
     let mut envs = Vec::new();
     let mut errors = Vec::new();
-    for (parsed, name, env) in parse_all(sources) {
+    for (parsed, name, env) in parse_all(sources, &want, threads) {
         match parsed {
             Ok(m) => {
                 modules.push(m);
@@ -390,6 +421,33 @@ mod fixtures {
         assert_eq!(rules(user("import lib", "lib.sync()")), ["rank-return-before-collective"]);
     }
 
+    /// Files are parsed (and their facts taken) on several threads; the report is the one thread's,
+    /// byte for byte: every fixture together, and files that all define the same names and call
+    /// each other's helpers through imports.
+    #[test]
+    fn parsing_on_several_threads_gives_the_report_of_one() {
+        let mut sources = fixtures();
+        for i in 0..24 {
+            let prev = if i == 0 { 23 } else { i - 1 };
+            let text = format!(
+                "import torch.distributed as dist\nimport m{prev}\nfrom m{prev} import sync\n\n\
+                 def sync():\n    dist.barrier()\n\n\
+                 def main(rank):\n    dist.init_process_group('nccl')\n    if rank == 0:\n        m{prev}.sync()\n\
+                 \x20   if rank == 1:\n        return\n    sync()\n    dist.destroy_process_group()\n    dist.destroy_process_group()\n\n\
+                 if __name__ == '__main__':\n    main(0)\n"
+            );
+            sources.push((format!("pkg/m{i}.py"), text));
+        }
+        for torch in [None, Some(Version(2, 5, 1)), Some(Version(2, 7, 0))] {
+            let json = |t| serde_json::to_string(&lint_sources_on(sources.clone(), torch, Some(t)).unwrap()).unwrap();
+            let one = json(1);
+            assert!(one.contains("destroy-twice") && one.contains("rank-return-before-collective"), "{one}");
+            for t in [2, 3, 8] {
+                assert_eq!(json(t), one, "{t} threads, torch {torch:?}");
+            }
+        }
+    }
+
     /// A barrier helper from another file counts before the destroy when the caller imports it,
     /// `from helpers import *` included; not when nothing imports it.
     #[test]
@@ -435,11 +493,12 @@ mod fixtures {
         let checks = check::builtin().unwrap();
         let mut pos: HashMap<String, usize> = HashMap::new();
         let mut neg: HashMap<String, usize> = HashMap::new();
+        let want = python::Wanted::of(&checks);
         for (name, text) in fixtures() {
             for e in header(&text, "expect") {
                 *pos.entry(e.split(' ').next().unwrap().to_string()).or_default() += 1;
             }
-            let program = eval::Program::new(vec![python::parse(&name, text.clone()).unwrap()]);
+            let program = eval::Program::new(vec![python::parse(&name, text.clone(), &want).unwrap()]);
             for id in header(&text, "negative").flat_map(|l| l.split(',')).map(str::trim) {
                 let c = checks.iter().find(|c| c.def.id == id).unwrap_or_else(|| panic!("{name}: no check `{id}`"));
                 // A negative only counts where the check had something to look at.
