@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::check::{Check, Pattern};
-use super::python::{Call, Ctx, Module, FINALLY_ARM};
+use super::python::{is_signal_via, Call, Ctx, Module, FINALLY_ARM};
 use super::rank;
 
 /// How far calls are followed through callers (deeper chains are not looked at).
@@ -124,8 +124,17 @@ impl ScopeMatches {
     }
 }
 
-/// Per module and function.
-type Matched = Vec<Vec<ScopeMatches>>;
+/// Per module and function; None where a function has no matching call (most: a box of three
+/// empty vectors per function and pattern set was a tenth of the peak on a large tree).
+struct Matched(Vec<Vec<Option<Box<ScopeMatches>>>>);
+
+static NO_MATCHES: ScopeMatches = ScopeMatches { starts: Vec::new(), min_end: Vec::new(), calls: Vec::new() };
+
+impl Matched {
+    fn at(&self, mi: usize, scope: usize) -> &ScopeMatches {
+        self.0[mi][scope].as_deref().unwrap_or(&NO_MATCHES)
+    }
+}
 
 /// The calls of one function.
 type Callers = Rc<Vec<CallRef>>;
@@ -174,10 +183,6 @@ fn names_group(c: &Call) -> bool {
     named || c.positional >= positional
 }
 
-fn is_signal_via(v: &str) -> bool {
-    v == "signal.signal" || v == "signal" || v.ends_with(".signal.signal")
-}
-
 impl Program {
     pub fn new(mut modules: Vec<Module>) -> Program {
         // Function names passed to other calls count as calls of those functions.
@@ -187,13 +192,14 @@ impl Program {
             .collect();
         for m in &mut modules {
             let refs = std::mem::take(&mut m.refs);
-            for (name, r) in refs {
-                // A signal handler runs only on that signal, not on the paths the checks follow.
-                let handler = r.via.as_deref().is_some_and(is_signal_via);
-                if defined_anywhere.contains(&name) && !handler {
-                    m.calls.push(r);
-                }
-            }
+            // A signal handler runs only on that signal, not on the paths the checks follow.
+            let kept: Vec<Call> = refs
+                .iter()
+                .filter(|r| defined_anywhere.contains(&r.name) && !is_signal_via(&m.calls[r.call].callee))
+                .map(|r| m.ref_call(r))
+                .collect();
+            m.calls.reserve_exact(kept.len());
+            m.calls.extend(kept);
             m.calls.sort_by_key(|c| c.start);
         }
         let mut by_name: HashMap<String, NameCalls> = HashMap::new();
@@ -249,6 +255,13 @@ impl Program {
             callers_cache: RefCell::default(),
             path_cache: RefCell::default(),
         }
+    }
+
+    /// Drop the rank paths of the sites looked at (a check's worth; cheap to make again from
+    /// the conditions' parts).
+    pub fn forget_paths(&self) {
+        self.path_cache.borrow_mut().clear();
+        self.path_cache.borrow_mut().shrink_to_fit();
     }
 
     fn call(&self, r: CallRef) -> &Call {
@@ -417,7 +430,7 @@ impl Program {
             return m.clone();
         }
         let h = self.helpers(pats, kind);
-        let out: Matched = self
+        let out: Vec<Vec<Option<Box<ScopeMatches>>>> = self
             .modules
             .iter()
             .enumerate()
@@ -435,12 +448,12 @@ impl Program {
                                 sm.calls.push(ci);
                             }
                         }
-                        sm
+                        (!sm.calls.is_empty()).then(|| Box::new(sm))
                     })
                     .collect()
             })
             .collect();
-        let out = Rc::new(out);
+        let out = Rc::new(Matched(out));
         self.matched_cache.borrow_mut().insert(key, out.clone());
         out
     }
@@ -545,7 +558,7 @@ impl Program {
         if let Some((pats, re)) = &check.unless_all {
             let skip = *memo.file.entry((0, site.module)).or_insert_with(|| {
                 let mut calls = m.calls.iter().filter(|c| Self::direct_any(pats, c)).peekable();
-                calls.peek().is_some() && calls.all(|c| re.is_match(&c.args))
+                calls.peek().is_some() && calls.all(|c| re.is_match(m.args(c)))
             });
             if skip {
                 return false;
@@ -591,7 +604,7 @@ impl Program {
         }
         if w.first_in_function == Some(true) {
             let sm = self.matched(&check.calls, if check.def.site.helpers { Kind::Always } else { Kind::Normal });
-            if sm[site.module][site.scope].before(site.start).next().is_some() {
+            if sm.at(site.module, site.scope).before(site.start).next().is_some() {
                 return false;
             }
         }
@@ -609,7 +622,7 @@ impl Program {
         }
         if !check.no_call_in_function.is_empty() {
             let sm = self.matched(&check.no_call_in_function, Kind::Normal);
-            if !sm[site.module][site.scope].calls.is_empty() {
+            if !sm.at(site.module, site.scope).calls.is_empty() {
                 return false;
             }
         }
@@ -640,7 +653,7 @@ impl Program {
         // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
         // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
         let mine = (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
-        let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
+        let later = sm.at(site.module, site.scope).from(site.end).iter().copied().find(|&ci| {
             let c = &m.calls[ci];
             if w.later_unless_group == Some(true) && names_group(c) {
                 return false;
@@ -678,7 +691,7 @@ impl Program {
         {
             return false;
         }
-        if check.args_not.as_ref().is_some_and(|re| re.is_match(&c.args)) {
+        if check.args_not.as_ref().is_some_and(|re| re.is_match(self.modules[mi].args(c))) {
             return false;
         }
         if w.statement.is_some_and(|s| s != c.statement) {
@@ -704,7 +717,7 @@ impl Program {
         let arg = c
             .keywords
             .iter()
-            .zip(&c.keyword_spans)
+            .zip(c.keyword_spans.iter())
             .find(|((k, _), _)| k == "backend")
             .map(|(_, span)| *span)
             .or(c.first_arg);
@@ -804,10 +817,12 @@ impl Program {
         let branch = ctx.arms.iter().rfind(|(s, _)| *s >= ls).copied();
         let sm = self.matched(&check.call_in_loop, Kind::Normal);
         let found =
-            sm[site.module][site.scope].from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(|&ci| {
-                let cctx = &m.call_ctx(ci);
-                branch.is_none_or(|b| !cctx.arms.contains(&b))
-            });
+            sm.at(site.module, site.scope).from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(
+                |&ci| {
+                    let cctx = &m.call_ctx(ci);
+                    branch.is_none_or(|b| !cctx.arms.contains(&b))
+                },
+            );
         match found {
             Some(ci) => {
                 let c = &m.calls[ci];
@@ -828,7 +843,7 @@ impl Program {
         let span = c
             .keywords
             .iter()
-            .zip(&c.keyword_spans)
+            .zip(c.keyword_spans.iter())
             .find(|((k, _), _)| k == "device_id" || k == "device")
             .map(|(_, s)| *s)
             .or(c.first_arg);
@@ -921,7 +936,7 @@ impl Program {
         if !on_stack.insert((mi, scope)) {
             return (None, true);
         }
-        let makes = sm[mi][scope].calls.iter().any(|&ci| !self.modules[mi].call_ctx(ci).except);
+        let makes = sm.at(mi, scope).calls.iter().any(|&ci| !self.modules[mi].call_ctx(ci).except);
         let mut tainted = false;
         let v = if makes {
             None
@@ -1026,14 +1041,18 @@ impl Program {
         }
         memo.preceded.insert((mi, scope, pos), false);
         let sm = self.matched(&check.no_call_before, Kind::Tail);
-        let mut v = sm[mi][scope].any_before(pos);
+        let mut v = sm.at(mi, scope).any_before(pos);
         if !v && !check.no_call_just_before.is_empty() {
             let just = self.matched(&check.no_call_just_before, Kind::Tail);
             let outer = &self.outer_calls[mi][scope];
             let m = &self.modules[mi];
             let k = outer.partition_point(|&ci| m.calls[ci].start < pos);
             if let Some(&last) = outer[..k].iter().rev().find(|&&ci| m.calls[ci].end <= pos) {
-                v = just[mi][scope].calls.binary_search_by_key(&m.calls[last].start, |&ci| m.calls[ci].start).is_ok();
+                v = just
+                    .at(mi, scope)
+                    .calls
+                    .binary_search_by_key(&m.calls[last].start, |&ci| m.calls[ci].start)
+                    .is_ok();
             }
         }
         if !v {
@@ -1064,7 +1083,13 @@ impl Program {
             return true;
         }
         let sm = self.matched(&check.call_between, Kind::Normal);
-        match sm[site.module][site.scope].from(first.end).iter().map(|&ci| &m.calls[ci]).find(|c| c.end <= site.start) {
+        match sm
+            .at(site.module, site.scope)
+            .from(first.end)
+            .iter()
+            .map(|&ci| &m.calls[ci])
+            .find(|c| c.end <= site.start)
+        {
             Some(b) => {
                 site.notes.push(format!("with `{}` at line {} in between", b.callee, m.position(b.start).0));
                 true
@@ -1102,14 +1127,14 @@ impl Program {
         }
         let h = self.helpers(&check.calls, Kind::Normal);
         let sm = self.matched(&check.calls, Kind::Normal);
-        let mut earlier: Vec<usize> = sm[site.module][site.scope].before(site.start).collect();
+        let mut earlier: Vec<usize> = sm.at(site.module, site.scope).before(site.start).collect();
         earlier.reverse();
         for aj in earlier {
             let a = &m.calls[aj];
             if a.end > site.start {
                 continue;
             }
-            if Self::direct_any(&check.calls, a) && a.args != me.args {
+            if Self::direct_any(&check.calls, a) && m.args(a) != m.args(me) {
                 continue;
             }
             let actx = &m.call_ctx(aj);

@@ -38,14 +38,15 @@ pub struct Call {
     pub attr: bool,
     pub positional: usize,
     /// Keyword arguments: name and value as written, and the value's byte range.
-    pub keywords: Vec<(String, String)>,
-    pub keyword_spans: Vec<(usize, usize)>,
+    /// (Boxed slices: a Call is made for every call of every file.)
+    pub keywords: Box<[(String, String)]>,
+    pub keyword_spans: Box<[(usize, usize)]>,
     /// The first positional argument's byte range.
     pub first_arg: Option<(usize, usize)>,
     /// Passes `**kwargs` (its keywords are unknown).
     pub splat_kw: bool,
-    /// The argument list as written.
-    pub args: String,
+    /// The argument list's byte range (`Module::args`: its text).
+    pub args: (usize, usize),
     pub start: usize,
     pub end: usize,
     /// Where the callee's last name is written (for renaming edits).
@@ -53,7 +54,7 @@ pub struct Call {
     pub scope: usize,
     /// A function passed by name to another call (`spawn(worker)`, `atexit.register(f)`): the
     /// callee of that call. Such a reference counts as a call of the function.
-    pub via: Option<String>,
+    pub via: Option<Box<str>>,
     /// The call is a whole expression statement (its value is dropped).
     pub statement: bool,
     /// Its statement context (an index into `Module::ctxs`).
@@ -61,7 +62,8 @@ pub struct Call {
     /// Bit i: under `Wanted::guards[i]` (see `Module::is_guarded`).
     pub guarded: u64,
     /// The innermost block of its function with a `return` or `raise` after the call's statement.
-    pub exit_block: Option<(usize, usize)>,
+    /// (u32 as tree-sitter's own offsets: a Call is made for every call of every file.)
+    pub exit_block: Option<(u32, u32)>,
 }
 
 /// A site that is no call: a statement of a kind the checks ask for, or a query's capture.
@@ -175,7 +177,16 @@ pub struct Module {
     pub query_sites: HashMap<String, Vec<Stmt>>,
     /// Function names passed by name to a call (`(name, via)`), resolved into `calls` once all
     /// files are known.
-    pub refs: Vec<(String, Call)>,
+    pub refs: Vec<Ref>,
+}
+
+/// A name passed to call `call` (`spawn(worker)`), at `start..end`.
+#[derive(Debug, Clone)]
+pub struct Ref {
+    pub name: String,
+    pub start: usize,
+    pub end: usize,
+    pub call: usize,
 }
 
 #[derive(Debug)]
@@ -273,6 +284,9 @@ pub fn parse(path: &str, src: String, want: &Wanted) -> Result<Module, SyntaxErr
         m.query_sites.insert(q_text.to_string(), out);
     }
     drop(f);
+    drop(tree);
+    drop(parser);
+    let mut m = m.compact();
     m.src = src;
     Ok(m)
 }
@@ -317,7 +331,7 @@ impl<'a> Facts<'a, '_> {
     }
 
     /// The context, guards and exit block of `n`, whose ancestors are `anc` (the root first).
-    fn of(&mut self, m: &mut Module, anc: &[Node<'a>], n: Node<'a>) -> (u32, u64, Option<(usize, usize)>) {
+    fn of(&mut self, m: &mut Module, anc: &[Node<'a>], n: Node<'a>) -> (u32, u64, Option<(u32, u32)>) {
         let id = self.intern(m, ctx_of(anc, n));
         let mut guarded = self.ctx_guard[id as usize];
         let mut exit_block = None;
@@ -329,7 +343,7 @@ impl<'a> Facts<'a, '_> {
                 break;
             }
             if kind == "block" && exit_block.is_none() && self.last_exit(p).is_some_and(|s| s >= cur.end_byte()) {
-                exit_block = Some((p.start_byte(), p.end_byte()));
+                exit_block = Some((p.start_byte() as u32, p.end_byte() as u32));
             }
             if !self.want.guards.is_empty() && (kind == "block" || kind == "module") {
                 guarded |= self.exit_ifs(p).iter().filter(|(e, _)| *e <= cur.start_byte()).fold(0, |a, (_, g)| a | g);
@@ -575,11 +589,11 @@ fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Modu
         last,
         attr,
         positional: 0,
-        keywords: Vec::new(),
-        keyword_spans: Vec::new(),
+        keywords: Box::default(),
+        keyword_spans: Box::default(),
         first_arg: None,
         splat_kw: false,
-        args: String::new(),
+        args: (0, 0),
         start: n.start_byte(),
         end: n.end_byte(),
         name_start,
@@ -591,8 +605,9 @@ fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Modu
         exit_block,
     };
     let mut refs = Vec::new();
+    let (mut keywords, mut spans) = (Vec::new(), Vec::new());
     if let Some(args) = n.child_by_field_name("arguments") {
-        c.args = text(src, args).to_string();
+        c.args = (args.start_byte(), args.end_byte());
         let mut cur = args.walk();
         for a in args.named_children(&mut cur) {
             match a.kind() {
@@ -602,8 +617,8 @@ fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Modu
                     if let Some(v) = v.filter(|v| v.kind() == "identifier") {
                         refs.push((text(src, v).to_string(), v));
                     }
-                    c.keywords.push((k, v.map(|v| text(src, v).trim().to_string()).unwrap_or_default()));
-                    c.keyword_spans.push(v.map_or((a.end_byte(), a.end_byte()), |v| (v.start_byte(), v.end_byte())));
+                    keywords.push((k, v.map(|v| text(src, v).trim().to_string()).unwrap_or_default()));
+                    spans.push(v.map_or((a.end_byte(), a.end_byte()), |v| (v.start_byte(), v.end_byte())));
                 }
                 "dictionary_splat" => c.splat_kw = true,
                 "comment" => {}
@@ -619,6 +634,8 @@ fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Modu
             }
         }
     }
+    c.keywords = keywords.into_boxed_slice();
+    c.keyword_spans = spans.into_boxed_slice();
     if callee == "atexit.register" {
         if let Some((name, _)) = refs.first() {
             m.atexit.insert(name.clone());
@@ -637,33 +654,79 @@ fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Modu
         }
     }
     for (name, node) in refs {
-        let r = Call {
-            callee: name.clone(),
-            last: name.clone(),
-            attr: false,
-            positional: 0,
-            keywords: Vec::new(),
-            keyword_spans: Vec::new(),
-            first_arg: None,
-            splat_kw: false,
-            args: String::new(),
-            start: node.start_byte(),
-            end: node.end_byte(),
-            name_start: node.start_byte(),
-            scope,
-            via: Some(callee.clone()),
-            statement: false,
-            // A name passed to the call sits where the call does: the same context.
-            ctx,
-            guarded,
-            exit_block,
-        };
-        m.refs.push((name, r));
+        m.refs.push(Ref { name, start: node.start_byte(), end: node.end_byte(), call: m.calls.len() });
     }
     m.calls.push(c);
 }
 
 impl Module {
+    /// A copy made once the tree is freed. The facts were allocated between the tree's nodes, and
+    /// the next file's tree does not fit in the holes they leave: RSS grew by twice the facts per
+    /// file. The copy packs them into the freed space. `calls` has room for the references to
+    /// this file's functions, which `Program::new` adds: growing it there would copy it again.
+    fn compact(&self) -> Module {
+        let plain: HashSet<&str> =
+            self.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.as_str()).collect();
+        let own_refs = self
+            .refs
+            .iter()
+            .filter(|r| plain.contains(r.name.as_str()) && !is_signal_via(&self.calls[r.call].callee))
+            .count();
+        let mut calls = Vec::with_capacity(self.calls.len() + own_refs);
+        calls.extend(self.calls.iter().cloned());
+        Module {
+            path: self.path.clone(),
+            src: self.src.clone(),
+            line_starts: self.line_starts.clone(),
+            scopes: self.scopes.clone(),
+            calls,
+            ctxs: self.ctxs.clone(),
+            conds: self.conds.clone(),
+            guards: self.guards.clone(),
+            imports: self.imports.clone(),
+            import_words: self.import_words.clone(),
+            star_imports: self.star_imports.clone(),
+            atexit: self.atexit.clone(),
+            handlers: self.handlers.clone(),
+            assigns: self.assigns.clone(),
+            classes: self.classes.clone(),
+            statements: self.statements.clone(),
+            query_sites: self.query_sites.clone(),
+            refs: self.refs.clone(),
+        }
+    }
+
+    /// Reference `r` as a call of the function it names: where the call that it is passed to
+    /// sits, `via` that call.
+    pub fn ref_call(&self, r: &Ref) -> Call {
+        let c = &self.calls[r.call];
+        Call {
+            callee: r.name.clone(),
+            last: r.name.clone(),
+            attr: false,
+            positional: 0,
+            keywords: Box::default(),
+            keyword_spans: Box::default(),
+            first_arg: None,
+            splat_kw: false,
+            args: (0, 0),
+            start: r.start,
+            end: r.end,
+            name_start: r.start,
+            scope: c.scope,
+            via: Some(c.callee.as_str().into()),
+            statement: false,
+            ctx: c.ctx,
+            guarded: c.guarded,
+            exit_block: c.exit_block,
+        }
+    }
+
+    /// The argument list of `c` as written (empty for a reference).
+    pub fn args(&self, c: &Call) -> &str {
+        &self.src[c.args.0..c.args.1]
+    }
+
     /// 1-based line and column (in characters) of a byte offset.
     pub fn position(&self, byte: usize) -> (u64, u64) {
         let i = self.line_starts.partition_point(|&s| s <= byte) - 1;
@@ -711,7 +774,7 @@ impl Module {
     /// After call `ci`, a `return` or `raise` ends one of its enclosing blocks before control
     /// reaches `later` (a byte offset outside those blocks).
     pub fn exits_before(&self, ci: usize, later: usize) -> bool {
-        self.calls[ci].exit_block.is_some_and(|(s, e)| !(s..e).contains(&later))
+        self.calls[ci].exit_block.is_some_and(|(s, e)| !(s as usize..e as usize).contains(&later))
     }
 
     /// Condition texts of `ctx`, for a guard regex (`else` arms included, as before).
@@ -799,6 +862,11 @@ fn ctx_of(anc: &[Node], n: Node) -> Ctx {
         }
     }
     ctx
+}
+
+/// A call that installs a signal handler (`signal.signal(sig, f)`).
+pub fn is_signal_via(v: &str) -> bool {
+    v == "signal.signal" || v == "signal" || v.ends_with(".signal.signal")
 }
 
 /// A block whose statements include a `return` or `raise` at its own level.
