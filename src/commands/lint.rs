@@ -17,8 +17,11 @@ pub fn run(args: &LintArgs) -> Result<u8> {
         None => None,
     };
     let files = lint::expand(&args.paths).input()?;
-    let opts = lint::Options { torch, python: lint::Python::from_arg(args.python.as_deref()) };
+    let opts = lint::Options { torch, python: lint::Python::from_arg(args.python.as_deref()), threads: None };
     let report = lint::lint_files(&files, &opts).input()?;
-    output::print(&output::render(&report, &output::Options::new(args.format.output()))?)?;
+    match args.format.output() {
+        output::Format::Json => output::print_json(&report)?,
+        f => output::print(&output::render(&report, &output::Options::new(f))?)?,
+    }
     Ok(crate::exit::of_lint(&report))
 }

@@ -11,10 +11,9 @@ use std::rc::Rc;
 use std::sync::LazyLock;
 
 use regex::Regex;
-use streaming_iterator::StreamingIterator;
 
 use super::check::{Check, Pattern};
-use super::python::{Call, Ctx, Module, FINALLY_ARM};
+use super::python::{is_signal_via, Call, Ctx, Module, FINALLY_ARM};
 use super::rank;
 
 /// How far calls are followed through callers (deeper chains are not looked at).
@@ -30,7 +29,42 @@ struct Helper {
 /// Helpers by function name, for the lookup from a call.
 #[derive(Default)]
 pub struct Helpers {
-    by_name: HashMap<String, Vec<Helper>>,
+    by_name: HashMap<String, NameHelpers>,
+}
+
+/// The helpers of one name, in the order found, and the same by module (a call in a file that
+/// defines the name looks at that file's only).
+#[derive(Default)]
+struct NameHelpers {
+    all: Vec<Helper>,
+    by_module: HashMap<usize, Vec<Helper>>,
+}
+
+impl Helpers {
+    fn push(&mut self, name: String, x: Helper) {
+        let e = self.by_name.entry(name).or_default();
+        e.all.push(x);
+        e.by_module.entry(x.module).or_default().push(x);
+    }
+
+    /// The helpers a call of `name` in module `mi` may mean: that module's when it defines the
+    /// name (`own`), else all.
+    fn of(&self, name: &str, mi: usize, own: bool) -> &[Helper] {
+        let Some(e) = self.by_name.get(name) else { return &[] };
+        if own {
+            e.by_module.get(&mi).map_or(&[], Vec::as_slice)
+        } else {
+            &e.all
+        }
+    }
+}
+
+/// The calls of one name: by module, and those in modules that define no plain function of that
+/// name (the only ones that can mean another file's function), in (module, call) order.
+#[derive(Default)]
+struct NameCalls {
+    by_module: HashMap<usize, Vec<usize>>,
+    foreign: Vec<CallRef>,
 }
 
 pub struct Site {
@@ -39,6 +73,9 @@ pub struct Site {
     pub end: usize,
     pub scope: usize,
     pub call: Option<usize>,
+    /// Its statement context and guards (`Module::ctx`, `Module::is_guarded`).
+    pub ctx: u32,
+    pub guarded: u64,
     /// Said after the check's message (where the chain starts, which call came first).
     pub notes: Vec<String>,
 }
@@ -87,8 +124,17 @@ impl ScopeMatches {
     }
 }
 
-/// Per module and function.
-type Matched = Vec<Vec<ScopeMatches>>;
+/// Per module and function; None where a function has no matching call (most: a box of three
+/// empty vectors per function and pattern set was a tenth of the peak on a large tree).
+struct Matched(Vec<Vec<Option<Box<ScopeMatches>>>>);
+
+static NO_MATCHES: ScopeMatches = ScopeMatches { starts: Vec::new(), min_end: Vec::new(), calls: Vec::new() };
+
+impl Matched {
+    fn at(&self, mi: usize, scope: usize) -> &ScopeMatches {
+        self.0[mi][scope].as_deref().unwrap_or(&NO_MATCHES)
+    }
+}
 
 /// The calls of one function.
 type Callers = Rc<Vec<CallRef>>;
@@ -105,7 +151,7 @@ pub struct Memo {
 pub struct Program {
     pub modules: Vec<Module>,
     /// Calls by their last name.
-    by_name: HashMap<String, Vec<CallRef>>,
+    by_name: HashMap<String, NameCalls>,
     /// Per module and scope, its calls in source order.
     scope_calls: Vec<Vec<Vec<usize>>>,
     /// Per module and scope, its calls that are not inside another call's arguments.
@@ -137,10 +183,6 @@ fn names_group(c: &Call) -> bool {
     named || c.positional >= positional
 }
 
-fn is_signal_via(v: &str) -> bool {
-    v == "signal.signal" || v == "signal" || v.ends_with(".signal.signal")
-}
-
 impl Program {
     pub fn new(mut modules: Vec<Module>) -> Program {
         // Function names passed to other calls count as calls of those functions.
@@ -150,24 +192,30 @@ impl Program {
             .collect();
         for m in &mut modules {
             let refs = std::mem::take(&mut m.refs);
-            for (name, r) in refs {
-                // A signal handler runs only on that signal, not on the paths the checks follow.
-                let handler = r.via.as_deref().is_some_and(is_signal_via);
-                if defined_anywhere.contains(&name) && !handler {
-                    m.calls.push(r);
-                }
-            }
+            // A signal handler runs only on that signal, not on the paths the checks follow.
+            let kept: Vec<Call> = refs
+                .iter()
+                .filter(|r| defined_anywhere.contains(&r.name) && !is_signal_via(&m.calls[r.call].callee))
+                .map(|r| m.ref_call(r))
+                .collect();
+            m.calls.reserve_exact(kept.len());
+            m.calls.extend(kept);
             m.calls.sort_by_key(|c| c.start);
         }
-        modules.iter_mut().for_each(Module::reset_ctxs);
-        let mut by_name: HashMap<String, Vec<CallRef>> = HashMap::new();
+        let mut by_name: HashMap<String, NameCalls> = HashMap::new();
         let mut scope_calls = Vec::new();
         let mut outer_calls = Vec::new();
-        let mut defined = Vec::new();
+        let mut defined: Vec<HashSet<String>> = Vec::new();
         for (mi, m) in modules.iter().enumerate() {
+            let mine: HashSet<String> =
+                m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()).collect();
             let mut per_scope = vec![Vec::new(); m.scopes.len()];
             for (ci, c) in m.calls.iter().enumerate() {
-                by_name.entry(c.last.clone()).or_default().push((mi, ci));
+                let e = by_name.entry(c.last.clone()).or_default();
+                e.by_module.entry(mi).or_default().push(ci);
+                if !mine.contains(&c.last) {
+                    e.foreign.push((mi, ci));
+                }
                 per_scope[c.scope].push(ci);
             }
             let mut outer = vec![Vec::new(); m.scopes.len()];
@@ -182,7 +230,7 @@ impl Program {
                     }
                 }
             }
-            defined.push(m.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.clone()).collect());
+            defined.push(mine);
             scope_calls.push(per_scope);
             outer_calls.push(outer);
         }
@@ -209,8 +257,30 @@ impl Program {
         }
     }
 
+    /// Drop the rank paths of the sites looked at (a check's worth; cheap to make again from
+    /// the conditions' parts).
+    pub fn forget_paths(&self) {
+        self.path_cache.borrow_mut().clear();
+        self.path_cache.borrow_mut().shrink_to_fit();
+    }
+
     fn call(&self, r: CallRef) -> &Call {
         &self.modules[r.0].calls[r.1]
+    }
+
+    /// The calls of `name` that may mean a function of module `mi` (`resolves` says which do),
+    /// in (module, call) order: that module's own, and those of the files that do not define the
+    /// name themselves (none for a method). A file defining the name calls its own, so the many
+    /// files that all define `main` never look at each other's calls.
+    fn candidates(&self, name: &str, mi: usize, method: bool) -> Vec<CallRef> {
+        let Some(e) = self.by_name.get(name) else { return Vec::new() };
+        let own = e.by_module.get(&mi).into_iter().flatten().map(|&ci| (mi, ci));
+        if method {
+            return own.collect();
+        }
+        let k = e.foreign.partition_point(|r| r.0 < mi);
+        let after = e.foreign[k..].iter().copied().filter(|r| r.0 != mi);
+        e.foreign[..k].iter().copied().chain(own).chain(after).collect()
     }
 
     pub fn direct(p: &Pattern, c: &Call) -> bool {
@@ -297,9 +367,7 @@ impl Program {
         // A file that defines the name itself calls its own (`resolves`): the other files' many
         // helpers of that name need no look (a tree of files that all define `main` was quadratic).
         let own = self.defined[mi].contains(&c.last);
-        h.by_name
-            .get(&c.last)
-            .and_then(|v| v.iter().find(|x| (!own || x.module == mi) && self.resolves(mi, c, x)).copied())
+        h.of(&c.last, mi, own).iter().find(|x| self.resolves(mi, c, x)).copied()
     }
 
     /// Functions standing for a call of `pats`. Normal (`tail` false): a function that makes such a
@@ -317,8 +385,7 @@ impl Program {
         let mut work = Vec::new();
         let mut add = |h: &mut Helpers, work: &mut Vec<Helper>, x: Helper| {
             if x.scope != 0 && all.insert(x) {
-                let name = self.modules[x.module].scopes[x.scope].name.clone();
-                h.by_name.entry(name).or_default().push(x);
+                h.push(self.modules[x.module].scopes[x.scope].name.clone(), x);
                 work.push(x);
             }
         };
@@ -343,8 +410,8 @@ impl Program {
             }
         }
         while let Some(x) = work.pop() {
-            let name = &self.modules[x.module].scopes[x.scope].name;
-            for &(mi, ci) in self.by_name.get(name).into_iter().flatten() {
+            let s = &self.modules[x.module].scopes[x.scope];
+            for (mi, ci) in self.candidates(&s.name, x.module, s.is_method) {
                 let c = &self.modules[mi].calls[ci];
                 if self.resolves(mi, c, &x) && counts(mi, ci) {
                     add(&mut h, &mut work, Helper { module: mi, scope: c.scope });
@@ -363,7 +430,7 @@ impl Program {
             return m.clone();
         }
         let h = self.helpers(pats, kind);
-        let out: Matched = self
+        let out: Vec<Vec<Option<Box<ScopeMatches>>>> = self
             .modules
             .iter()
             .enumerate()
@@ -381,12 +448,12 @@ impl Program {
                                 sm.calls.push(ci);
                             }
                         }
-                        sm
+                        (!sm.calls.is_empty()).then(|| Box::new(sm))
                     })
                     .collect()
             })
             .collect();
-        let out = Rc::new(out);
+        let out = Rc::new(Matched(out));
         self.matched_cache.borrow_mut().insert(key, out.clone());
         out
     }
@@ -400,13 +467,10 @@ impl Program {
             return v.clone();
         }
         let me = Helper { module: mi, scope };
-        let name = &self.modules[mi].scopes[scope].name;
+        let s = &self.modules[mi].scopes[scope];
         let v: Vec<CallRef> = self
-            .by_name
-            .get(name)
+            .candidates(&s.name, mi, s.is_method)
             .into_iter()
-            .flatten()
-            .copied()
             .filter(|&(mj, ci)| {
                 let c = &self.modules[mj].calls[ci];
                 self.resolves(mj, c, &me) && !(mj == mi && c.scope == scope)
@@ -429,7 +493,8 @@ impl Program {
         }
         let _ = end;
         let conds: Vec<_> = ctx.conds.iter().filter(|c| inside.is_none_or(|i| c.start >= i)).cloned().collect();
-        let p = Rc::new(rank::path(&self.modules[mi], &conds));
+        let m = &self.modules[mi];
+        let p = Rc::new(rank::path(conds.iter().flat_map(|c| m.cond_parts(c))));
         self.path_cache.borrow_mut().insert(key, p.clone());
         p
     }
@@ -449,32 +514,29 @@ impl Program {
                             end: c.end,
                             scope: c.scope,
                             call: Some(ci),
+                            ctx: c.ctx,
+                            guarded: c.guarded,
                             notes: vec![],
                         });
                     }
                 }
             }
-            if let Some(kind) = &check.statement_kind {
-                for &(s, e) in m.statements.get(kind.as_str()).into_iter().flatten() {
-                    out.push(Site { module: mi, start: s, end: e, scope: m.scope_at(s, e), call: None, notes: vec![] });
-                }
-            } else if let Some(q) = &check.query {
-                let idx = q.capture_index_for_name("site").expect("checked at load");
-                let mut cur = tree_sitter::QueryCursor::new();
-                let mut it = cur.matches(q, m.tree.root_node(), m.src.as_bytes());
-                while let Some(mat) = it.next() {
-                    for cap in mat.captures.iter().filter(|c| c.index == idx) {
-                        let (s, e) = (cap.node.start_byte(), cap.node.end_byte());
-                        out.push(Site {
-                            module: mi,
-                            start: s,
-                            end: e,
-                            scope: m.scope_at(s, e),
-                            call: None,
-                            notes: vec![],
-                        });
-                    }
-                }
+            let stmts = match (&check.statement_kind, &check.def.site.query) {
+                (Some(kind), _) => m.statements.get(kind.as_str()),
+                (None, Some(q)) => m.query_sites.get(q),
+                (None, None) => None,
+            };
+            for st in stmts.into_iter().flatten() {
+                out.push(Site {
+                    module: mi,
+                    start: st.start,
+                    end: st.end,
+                    scope: st.scope,
+                    call: None,
+                    ctx: st.ctx,
+                    guarded: st.guarded,
+                    notes: vec![],
+                });
             }
         }
         out.sort_by_key(|s| (s.module, s.start));
@@ -496,7 +558,7 @@ impl Program {
         if let Some((pats, re)) = &check.unless_all {
             let skip = *memo.file.entry((0, site.module)).or_insert_with(|| {
                 let mut calls = m.calls.iter().filter(|c| Self::direct_any(pats, c)).peekable();
-                calls.peek().is_some() && calls.all(|c| re.is_match(&c.args))
+                calls.peek().is_some() && calls.all(|c| re.is_match(m.args(c)))
             });
             if skip {
                 return false;
@@ -507,14 +569,7 @@ impl Program {
                 return false;
             }
         }
-        let own;
-        let ctx = match site.call {
-            Some(ci) => m.call_ctx(ci),
-            None => {
-                own = m.ctx(site.start, site.end);
-                &own
-            }
-        };
+        let ctx = m.ctx(site.ctx);
         if check.in_branch.as_ref().is_some_and(|re| !m.cond_texts(ctx).any(|c| re.is_match(c))) {
             return false;
         }
@@ -541,7 +596,7 @@ impl Program {
         if w.rank_branch == Some(true) && !self.rank_branch(check, site, ctx) {
             return false;
         }
-        if check.guard.as_ref().is_some_and(|g| m.guarded(site.start, site.end, g)) {
+        if check.guard.as_ref().is_some_and(|g| m.is_guarded(site.guarded, g)) {
             return false;
         }
         if w.in_signal_handler == Some(true) && (site.scope == 0 || !m.handlers.contains(&m.scopes[site.scope].name)) {
@@ -549,7 +604,7 @@ impl Program {
         }
         if w.first_in_function == Some(true) {
             let sm = self.matched(&check.calls, if check.def.site.helpers { Kind::Always } else { Kind::Normal });
-            if sm[site.module][site.scope].before(site.start).next().is_some() {
+            if sm.at(site.module, site.scope).before(site.start).next().is_some() {
                 return false;
             }
         }
@@ -567,7 +622,7 @@ impl Program {
         }
         if !check.no_call_in_function.is_empty() {
             let sm = self.matched(&check.no_call_in_function, Kind::Normal);
-            if !sm[site.module][site.scope].calls.is_empty() {
+            if !sm.at(site.module, site.scope).calls.is_empty() {
                 return false;
             }
         }
@@ -598,7 +653,7 @@ impl Program {
         // A later call on a path the site's path excludes (`if not fsdp and not rank0: return`
         // ... `if fsdp: broadcast()`) is not one the returning ranks skip.
         let mine = (w.rank_branch == Some(true)).then(|| self.rank_path(site.module, site.start, site.end, ctx, None));
-        let later = sm[site.module][site.scope].from(site.end).iter().copied().find(|&ci| {
+        let later = sm.at(site.module, site.scope).from(site.end).iter().copied().find(|&ci| {
             let c = &m.calls[ci];
             if w.later_unless_group == Some(true) && names_group(c) {
                 return false;
@@ -636,7 +691,7 @@ impl Program {
         {
             return false;
         }
-        if check.args_not.as_ref().is_some_and(|re| re.is_match(&c.args)) {
+        if check.args_not.as_ref().is_some_and(|re| re.is_match(self.modules[mi].args(c))) {
             return false;
         }
         if w.statement.is_some_and(|s| s != c.statement) {
@@ -662,7 +717,7 @@ impl Program {
         let arg = c
             .keywords
             .iter()
-            .zip(&c.keyword_spans)
+            .zip(c.keyword_spans.iter())
             .find(|((k, _), _)| k == "backend")
             .map(|(_, span)| *span)
             .or(c.first_arg);
@@ -762,10 +817,12 @@ impl Program {
         let branch = ctx.arms.iter().rfind(|(s, _)| *s >= ls).copied();
         let sm = self.matched(&check.call_in_loop, Kind::Normal);
         let found =
-            sm[site.module][site.scope].from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(|&ci| {
-                let cctx = &m.call_ctx(ci);
-                branch.is_none_or(|b| !cctx.arms.contains(&b))
-            });
+            sm.at(site.module, site.scope).from(ls).iter().copied().take_while(|&ci| m.calls[ci].start < le).find(
+                |&ci| {
+                    let cctx = &m.call_ctx(ci);
+                    branch.is_none_or(|b| !cctx.arms.contains(&b))
+                },
+            );
         match found {
             Some(ci) => {
                 let c = &m.calls[ci];
@@ -786,7 +843,7 @@ impl Program {
         let span = c
             .keywords
             .iter()
-            .zip(&c.keyword_spans)
+            .zip(c.keyword_spans.iter())
             .find(|((k, _), _)| k == "device_id" || k == "device")
             .map(|(_, s)| *s)
             .or(c.first_arg);
@@ -879,7 +936,7 @@ impl Program {
         if !on_stack.insert((mi, scope)) {
             return (None, true);
         }
-        let makes = sm[mi][scope].calls.iter().any(|&ci| !self.modules[mi].call_ctx(ci).except);
+        let makes = sm.at(mi, scope).calls.iter().any(|&ci| !self.modules[mi].call_ctx(ci).except);
         let mut tainted = false;
         let v = if makes {
             None
@@ -958,7 +1015,7 @@ impl Program {
         let protected_here = match site.call {
             Some(ci) => self.lex_protected(check, site.module, ci),
             None => {
-                let ctx = self.modules[site.module].ctx(site.start, site.end);
+                let ctx = self.modules[site.module].ctx(site.ctx);
                 ctx.finally || ctx.except || self.scope_lex_protected(check, site.module, site.scope)
             }
         };
@@ -984,14 +1041,18 @@ impl Program {
         }
         memo.preceded.insert((mi, scope, pos), false);
         let sm = self.matched(&check.no_call_before, Kind::Tail);
-        let mut v = sm[mi][scope].any_before(pos);
+        let mut v = sm.at(mi, scope).any_before(pos);
         if !v && !check.no_call_just_before.is_empty() {
             let just = self.matched(&check.no_call_just_before, Kind::Tail);
             let outer = &self.outer_calls[mi][scope];
             let m = &self.modules[mi];
             let k = outer.partition_point(|&ci| m.calls[ci].start < pos);
             if let Some(&last) = outer[..k].iter().rev().find(|&&ci| m.calls[ci].end <= pos) {
-                v = just[mi][scope].calls.binary_search_by_key(&m.calls[last].start, |&ci| m.calls[ci].start).is_ok();
+                v = just
+                    .at(mi, scope)
+                    .calls
+                    .binary_search_by_key(&m.calls[last].start, |&ci| m.calls[ci].start)
+                    .is_ok();
             }
         }
         if !v {
@@ -1022,7 +1083,13 @@ impl Program {
             return true;
         }
         let sm = self.matched(&check.call_between, Kind::Normal);
-        match sm[site.module][site.scope].from(first.end).iter().map(|&ci| &m.calls[ci]).find(|c| c.end <= site.start) {
+        match sm
+            .at(site.module, site.scope)
+            .from(first.end)
+            .iter()
+            .map(|&ci| &m.calls[ci])
+            .find(|c| c.end <= site.start)
+        {
             Some(b) => {
                 site.notes.push(format!("with `{}` at line {} in between", b.callee, m.position(b.start).0));
                 true
@@ -1033,20 +1100,14 @@ impl Program {
 
     /// A call under the guard, or of functions whose own calls of `pats` are all guarded.
     fn guarded_call(&self, mi: usize, c: &Call, pats: &[Pattern], h: &Helpers, g: &regex::Regex, depth: usize) -> bool {
-        if self.modules[mi].guarded(c.start, c.end, g) {
+        if self.modules[mi].is_guarded(c.guarded, g) {
             return true;
         }
         if depth >= MAX_DEPTH || Self::direct_any(pats, c) {
             return false;
         }
         let own = self.defined[mi].contains(&c.last);
-        let targets: Vec<&Helper> = h
-            .by_name
-            .get(&c.last)
-            .into_iter()
-            .flatten()
-            .filter(|x| (!own || x.module == mi) && self.resolves(mi, c, x))
-            .collect();
+        let targets: Vec<&Helper> = h.of(&c.last, mi, own).iter().filter(|x| self.resolves(mi, c, x)).collect();
         !targets.is_empty()
             && targets.iter().all(|x| {
                 self.calls_in(x.module, x.scope)
@@ -1066,14 +1127,14 @@ impl Program {
         }
         let h = self.helpers(&check.calls, Kind::Normal);
         let sm = self.matched(&check.calls, Kind::Normal);
-        let mut earlier: Vec<usize> = sm[site.module][site.scope].before(site.start).collect();
+        let mut earlier: Vec<usize> = sm.at(site.module, site.scope).before(site.start).collect();
         earlier.reverse();
         for aj in earlier {
             let a = &m.calls[aj];
             if a.end > site.start {
                 continue;
             }
-            if Self::direct_any(&check.calls, a) && a.args != me.args {
+            if Self::direct_any(&check.calls, a) && m.args(a) != m.args(me) {
                 continue;
             }
             let actx = &m.call_ctx(aj);
@@ -1082,7 +1143,7 @@ impl Program {
             });
             if actx.in_loop
                 || exclusive
-                || m.exits_before(a.start, a.end, site.start)
+                || m.exits_before(aj, site.start)
                 || check.guard.as_ref().is_some_and(|g| self.guarded_call(site.module, a, &check.calls, &h, g, 0))
             {
                 continue;

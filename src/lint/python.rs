@@ -1,10 +1,16 @@
 //! Python sources through tree-sitter: the calls, functions, assignments and statement context the
 //! checks need, computed once per file (the evaluator then answers each site in constant or
-//! logarithmic time).
+//! logarithmic time). Everything the checks ask of the tree is taken during the parse, so the tree
+//! is dropped before the next file is parsed: a thousand files' trees do not stay in memory.
 
 use std::collections::{HashMap, HashSet};
 
-use tree_sitter::{Node, Parser, Tree};
+use regex::Regex;
+use streaming_iterator::StreamingIterator;
+use tree_sitter::{Node, Parser};
+
+use super::check::Check;
+use super::rank;
 
 /// A function (or the module itself, scope 0) that calls belong to.
 #[derive(Debug, Clone)]
@@ -32,14 +38,15 @@ pub struct Call {
     pub attr: bool,
     pub positional: usize,
     /// Keyword arguments: name and value as written, and the value's byte range.
-    pub keywords: Vec<(String, String)>,
-    pub keyword_spans: Vec<(usize, usize)>,
+    /// (Boxed slices: a Call is made for every call of every file.)
+    pub keywords: Box<[(String, String)]>,
+    pub keyword_spans: Box<[(usize, usize)]>,
     /// The first positional argument's byte range.
     pub first_arg: Option<(usize, usize)>,
     /// Passes `**kwargs` (its keywords are unknown).
     pub splat_kw: bool,
-    /// The argument list as written.
-    pub args: String,
+    /// The argument list's byte range (`Module::args`: its text).
+    pub args: (usize, usize),
     pub start: usize,
     pub end: usize,
     /// Where the callee's last name is written (for renaming edits).
@@ -47,13 +54,62 @@ pub struct Call {
     pub scope: usize,
     /// A function passed by name to another call (`spawn(worker)`, `atexit.register(f)`): the
     /// callee of that call. Such a reference counts as a call of the function.
-    pub via: Option<String>,
+    pub via: Option<Box<str>>,
     /// The call is a whole expression statement (its value is dropped).
     pub statement: bool,
+    /// Its statement context (an index into `Module::ctxs`).
+    pub ctx: u32,
+    /// Bit i: under `Wanted::guards[i]` (see `Module::is_guarded`).
+    pub guarded: u64,
+    /// The innermost block of its function with a `return` or `raise` after the call's statement.
+    /// (u32 as tree-sitter's own offsets: a Call is made for every call of every file.)
+    pub exit_block: Option<(u32, u32)>,
+}
+
+/// A site that is no call: a statement of a kind the checks ask for, or a query's capture.
+#[derive(Debug, Clone, Copy)]
+pub struct Stmt {
+    pub start: usize,
+    pub end: usize,
+    pub scope: usize,
+    pub ctx: u32,
+    pub guarded: u64,
+}
+
+/// What the checks will ask of a file beyond its calls, known before it is parsed: guard regexes
+/// (`unless_guarded`), statement kinds and queries of their sites.
+pub struct Wanted<'a> {
+    pub guards: Vec<&'a Regex>,
+    pub kinds: Vec<&'a str>,
+    pub queries: Vec<(&'a str, &'a tree_sitter::Query)>,
+}
+
+impl<'a> Wanted<'a> {
+    pub fn of(checks: &'a [Check]) -> Wanted<'a> {
+        let mut w = Wanted { guards: Vec::new(), kinds: Vec::new(), queries: Vec::new() };
+        for c in checks {
+            if let Some(g) = &c.guard {
+                if !w.guards.iter().any(|x| x.as_str() == g.as_str()) {
+                    w.guards.push(g);
+                }
+            }
+            if let Some(k) = &c.statement_kind {
+                if !w.kinds.contains(&k.as_str()) {
+                    w.kinds.push(k);
+                }
+            } else if let (Some(q), Some(text)) = (&c.query, &c.def.site.query) {
+                if !w.queries.iter().any(|(t, _)| t == text) {
+                    w.queries.push((text, q));
+                }
+            }
+        }
+        assert!(w.guards.len() <= 64, "at most 64 distinct unless_guarded regexes");
+        w
+    }
 }
 
 /// An `if`/`elif` condition on the way from a site to its function, with the branch taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cond {
     pub start: usize,
     pub end: usize,
@@ -62,7 +118,7 @@ pub struct Cond {
 }
 
 /// Where a site sits inside its function.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Ctx {
     pub finally: bool,
     pub except: bool,
@@ -93,15 +149,15 @@ pub struct Assign {
 pub struct Module {
     pub path: String,
     pub src: String,
-    pub tree: Tree,
     line_starts: Vec<usize>,
     pub scopes: Vec<Scope>,
-    /// The scope of a function by the start byte of its `def`.
-    scope_by_start: HashMap<usize, usize>,
     pub calls: Vec<Call>,
-    /// Per call (same index): its statement context, computed when first asked for (most
-    /// calls, `print(...)`, `len(...)`, are never asked about).
-    ctxs: Vec<std::cell::OnceCell<Ctx>>,
+    /// The distinct statement contexts of calls and sites (most calls share one with others).
+    ctxs: Vec<Ctx>,
+    /// The rank analysis of each condition in a context, by (start, end, positive).
+    conds: HashMap<(usize, usize, bool), Vec<rank::Part>>,
+    /// `Wanted::guards` as written: bit i of `guarded` is the i-th.
+    guards: Vec<String>,
     /// The text of every import statement.
     pub imports: String,
     /// Every identifier named by an import statement (`from a.b import c as d`: a, b, c, d).
@@ -115,11 +171,22 @@ pub struct Module {
     pub assigns: Vec<Assign>,
     /// Classes defined in the file.
     pub classes: HashSet<String>,
-    /// Statements by kind (`return_statement`): the sites of simple queries, found in the walk.
-    pub statements: HashMap<&'static str, Vec<(usize, usize)>>,
+    /// Statements of the wanted kinds (`return_statement`): the sites of simple queries.
+    pub statements: HashMap<&'static str, Vec<Stmt>>,
+    /// The captures `@site` of the wanted queries, by query text.
+    pub query_sites: HashMap<String, Vec<Stmt>>,
     /// Function names passed by name to a call (`(name, via)`), resolved into `calls` once all
     /// files are known.
-    pub refs: Vec<(String, Call)>,
+    pub refs: Vec<Ref>,
+}
+
+/// A name passed to call `call` (`spawn(worker)`), at `start..end`.
+#[derive(Debug, Clone)]
+pub struct Ref {
+    pub name: String,
+    pub start: usize,
+    pub end: usize,
+    pub call: usize,
 }
 
 #[derive(Debug)]
@@ -129,7 +196,8 @@ pub struct SyntaxError {
     pub text: String,
 }
 
-pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
+/// Parse `src` and take what the checks need (`want`: see `Wanted::of`); the tree is dropped.
+pub fn parse(path: &str, src: String, want: &Wanted) -> Result<Module, SyntaxError> {
     let mut parser = Parser::new();
     parser.set_language(&tree_sitter_python::LANGUAGE.into()).expect("the grammar matches the tree-sitter version");
     let tree = parser.parse(&src, None).ok_or(SyntaxError { line: 1, column: 1, text: "the parser gave up".into() })?;
@@ -159,9 +227,10 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
             start: 0,
             end: src.len(),
         }],
-        scope_by_start: HashMap::new(),
         calls: Vec::new(),
         ctxs: Vec::new(),
+        conds: HashMap::new(),
+        guards: want.guards.iter().map(|g| g.as_str().to_string()).collect(),
         imports: String::new(),
         import_words: HashSet::new(),
         star_imports: Vec::new(),
@@ -170,15 +239,153 @@ pub fn parse(path: &str, src: String) -> Result<Module, SyntaxError> {
         assigns: Vec::new(),
         classes: HashSet::new(),
         statements: HashMap::new(),
+        query_sites: HashMap::new(),
         refs: Vec::new(),
         line_starts,
         src: String::new(),
-        tree: tree.clone(),
     };
-    walk(&src, root, &mut m);
+    let mut f = Facts {
+        want,
+        src: &src,
+        root,
+        ctx_ids: HashMap::new(),
+        ctx_guard: Vec::new(),
+        last_exit: HashMap::new(),
+        exit_ifs: HashMap::new(),
+        scope_by_start: HashMap::new(),
+    };
+    walk(&src, root, &mut m, &mut f);
+    for (q_text, q) in &want.queries {
+        let idx = q.capture_index_for_name("site").expect("checked at load");
+        let mut spans = Vec::new();
+        let mut cur = tree_sitter::QueryCursor::new();
+        let mut it = cur.matches(q, root, src.as_bytes());
+        while let Some(mat) = it.next() {
+            spans.extend(mat.captures.iter().filter(|c| c.index == idx).map(|c| c.node.byte_range()));
+        }
+        let mut out = Vec::new();
+        for r in spans {
+            let node = root.descendant_for_byte_range(r.start, r.end).unwrap_or(root);
+            let mut anc = Vec::new();
+            let mut p = node.parent();
+            while let Some(x) = p {
+                anc.push(x);
+                p = x.parent();
+            }
+            anc.reverse();
+            let scope = anc
+                .iter()
+                .rev()
+                .find(|x| x.kind() == "function_definition")
+                .map_or(0, |x| f.scope_by_start.get(&x.start_byte()).copied().unwrap_or(0));
+            let (ctx, guarded, _) = f.of(&mut m, &anc, node);
+            out.push(Stmt { start: r.start, end: r.end, scope, ctx, guarded });
+        }
+        m.query_sites.insert(q_text.to_string(), out);
+    }
+    drop(f);
+    drop(tree);
+    drop(parser);
+    let mut m = m.compact();
     m.src = src;
-    m.tree = tree;
     Ok(m)
+}
+
+/// What the walk remembers while it takes each site's facts from its ancestors.
+struct Facts<'a, 'w> {
+    want: &'a Wanted<'w>,
+    src: &'a str,
+    root: Node<'a>,
+    ctx_ids: HashMap<Ctx, u32>,
+    /// Per context: the guards one of its conditions matches.
+    ctx_guard: Vec<u64>,
+    /// Per block (node id): the start of its last `return`/`raise` statement.
+    last_exit: HashMap<usize, Option<usize>>,
+    /// Per block or module (node id): its `if <guard>: ... return` statements, (end, guards).
+    exit_ifs: HashMap<usize, Vec<(usize, u64)>>,
+    scope_by_start: HashMap<usize, usize>,
+}
+
+impl<'a> Facts<'a, '_> {
+    fn intern(&mut self, m: &mut Module, ctx: Ctx) -> u32 {
+        if let Some(&i) = self.ctx_ids.get(&ctx) {
+            return i;
+        }
+        for c in &ctx.conds {
+            m.conds.entry((c.start, c.end, c.positive)).or_insert_with(|| {
+                let node = self.root.descendant_for_byte_range(c.start, c.end).unwrap_or(self.root);
+                rank::parts(self.src, node, c.positive)
+            });
+        }
+        let mut mask = 0u64;
+        for (i, g) in self.want.guards.iter().enumerate() {
+            if ctx.conds.iter().any(|c| g.is_match(&self.src[c.start..c.end])) {
+                mask |= 1 << i;
+            }
+        }
+        let i = m.ctxs.len() as u32;
+        m.ctxs.push(ctx.clone());
+        self.ctx_ids.insert(ctx, i);
+        self.ctx_guard.push(mask);
+        i
+    }
+
+    /// The context, guards and exit block of `n`, whose ancestors are `anc` (the root first).
+    fn of(&mut self, m: &mut Module, anc: &[Node<'a>], n: Node<'a>) -> (u32, u64, Option<(u32, u32)>) {
+        let id = self.intern(m, ctx_of(anc, n));
+        let mut guarded = self.ctx_guard[id as usize];
+        let mut exit_block = None;
+        for i in (0..anc.len()).rev() {
+            let p = anc[i];
+            let cur = anc.get(i + 1).copied().unwrap_or(n);
+            let kind = p.kind();
+            if matches!(kind, "function_definition" | "lambda") {
+                break;
+            }
+            if kind == "block" && exit_block.is_none() && self.last_exit(p).is_some_and(|s| s >= cur.end_byte()) {
+                exit_block = Some((p.start_byte() as u32, p.end_byte() as u32));
+            }
+            if !self.want.guards.is_empty() && (kind == "block" || kind == "module") {
+                guarded |= self.exit_ifs(p).iter().filter(|(e, _)| *e <= cur.start_byte()).fold(0, |a, (_, g)| a | g);
+            }
+        }
+        (id, guarded, exit_block)
+    }
+
+    fn last_exit(&mut self, block: Node) -> Option<usize> {
+        *self.last_exit.entry(block.id()).or_insert_with(|| {
+            let mut c = block.walk();
+            let last = block
+                .named_children(&mut c)
+                .filter(|s| matches!(s.kind(), "return_statement" | "raise_statement"))
+                .map(|s| s.start_byte())
+                .max();
+            last
+        })
+    }
+
+    fn exit_ifs(&mut self, block: Node) -> &[(usize, u64)] {
+        let (src, guards) = (self.src, &self.want.guards);
+        self.exit_ifs.entry(block.id()).or_insert_with(|| {
+            let mut c = block.walk();
+            let mut out = Vec::new();
+            for s in block.named_children(&mut c).filter(|s| s.kind() == "if_statement") {
+                let Some(cond) = s.child_by_field_name("condition") else { continue };
+                if !s.child_by_field_name("consequence").is_some_and(|b| exits(b)) {
+                    continue;
+                }
+                let mask = guards
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, g)| g.is_match(text(src, cond)))
+                    .fold(0u64, |a, (i, _)| a | 1 << i);
+                if mask != 0 {
+                    out.push((s.end_byte(), mask));
+                }
+            }
+            out
+        })
+    }
 }
 
 /// The first error or missing node, in source order (iterative: nesting depth is the input's).
@@ -209,24 +416,26 @@ fn is_ident_char(c: char) -> bool {
 
 /// Every node in source order, with the function it belongs to (a tree cursor: no allocation
 /// per node, and nesting depth is the input's).
-fn walk(src: &str, root: Node, m: &mut Module) {
+fn walk<'a>(src: &str, root: Node<'a>, m: &mut Module, f: &mut Facts<'a, '_>) {
     let mut cur = root.walk();
     // (depth of the def, its scope): the functions the cursor is inside.
     let mut open: Vec<(usize, usize)> = Vec::new();
-    let mut depth = 0usize;
+    // The cursor's ancestors, the root first: a site's context is read from them (`parent()`
+    // walks down from the root each time).
+    let mut anc: Vec<Node<'a>> = Vec::new();
     loop {
         let n = cur.node();
         let outer = open.last().map_or(0, |s| s.1);
-        let scope = visit(src, n, outer, m);
+        let scope = visit(src, n, outer, &anc, m, f);
         if scope != outer {
-            open.push((depth, scope));
+            open.push((anc.len(), scope));
         }
         if cur.goto_first_child() {
-            depth += 1;
+            anc.push(n);
             continue;
         }
         loop {
-            while open.last().is_some_and(|s| s.0 == depth) {
+            while open.last().is_some_and(|s| s.0 == anc.len()) {
                 open.pop();
             }
             if cur.goto_next_sibling() {
@@ -235,16 +444,18 @@ fn walk(src: &str, root: Node, m: &mut Module) {
             if !cur.goto_parent() {
                 return;
             }
-            depth -= 1;
+            anc.pop();
         }
     }
 }
 
 /// What one node adds to the module; the scope its children belong to.
-fn visit(src: &str, n: Node, outer: usize, m: &mut Module) -> usize {
+fn visit<'a>(src: &str, n: Node<'a>, outer: usize, anc: &[Node<'a>], m: &mut Module, f: &mut Facts<'a, '_>) -> usize {
     let mut scope = outer;
-    if n.kind().ends_with("_statement") {
-        m.statements.entry(n.kind()).or_default().push((n.start_byte(), n.end_byte()));
+    if n.kind().ends_with("_statement") && f.want.kinds.contains(&n.kind()) {
+        let (ctx, guarded, _) = f.of(m, anc, n);
+        let st = Stmt { start: n.start_byte(), end: n.end_byte(), scope: outer, ctx, guarded };
+        m.statements.entry(n.kind()).or_default().push(st);
     }
     match n.kind() {
         "function_definition" => {
@@ -281,7 +492,7 @@ fn visit(src: &str, n: Node, outer: usize, m: &mut Module) -> usize {
                 end: n.end_byte(),
             });
             scope = m.scopes.len() - 1;
-            m.scope_by_start.insert(n.start_byte(), scope);
+            f.scope_by_start.insert(n.start_byte(), scope);
         }
         "import_statement" | "import_from_statement" => import(src, n, m),
         "class_definition" => {
@@ -301,7 +512,7 @@ fn visit(src: &str, n: Node, outer: usize, m: &mut Module) -> usize {
                 }
             }
         }
-        "call" => call(src, n, scope, m),
+        "call" => call(src, n, scope, anc, m, f),
         _ => {}
     }
     scope
@@ -352,7 +563,7 @@ fn import(src: &str, n: Node, m: &mut Module) {
     }
 }
 
-fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
+fn call<'a>(src: &str, n: Node<'a>, scope: usize, anc: &[Node<'a>], m: &mut Module, facts: &mut Facts<'a, '_>) {
     let Some(f) = n.child_by_field_name("function") else { return };
     let (last, attr, name_start) = match f.kind() {
         "identifier" => (text(src, f).to_string(), false, f.start_byte()),
@@ -371,27 +582,32 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
         _ => return,
     };
     let callee = squash(text(src, f));
-    let statement = n.parent().is_some_and(|p| p.kind() == "expression_statement" && p.named_child_count() == 1);
+    let (ctx, guarded, exit_block) = facts.of(m, anc, n);
+    let statement = anc.last().is_some_and(|p| p.kind() == "expression_statement" && p.named_child_count() == 1);
     let mut c = Call {
         callee: callee.clone(),
         last,
         attr,
         positional: 0,
-        keywords: Vec::new(),
-        keyword_spans: Vec::new(),
+        keywords: Box::default(),
+        keyword_spans: Box::default(),
         first_arg: None,
         splat_kw: false,
-        args: String::new(),
+        args: (0, 0),
         start: n.start_byte(),
         end: n.end_byte(),
         name_start,
         scope,
         via: None,
         statement,
+        ctx,
+        guarded,
+        exit_block,
     };
     let mut refs = Vec::new();
+    let (mut keywords, mut spans) = (Vec::new(), Vec::new());
     if let Some(args) = n.child_by_field_name("arguments") {
-        c.args = text(src, args).to_string();
+        c.args = (args.start_byte(), args.end_byte());
         let mut cur = args.walk();
         for a in args.named_children(&mut cur) {
             match a.kind() {
@@ -401,8 +617,8 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
                     if let Some(v) = v.filter(|v| v.kind() == "identifier") {
                         refs.push((text(src, v).to_string(), v));
                     }
-                    c.keywords.push((k, v.map(|v| text(src, v).trim().to_string()).unwrap_or_default()));
-                    c.keyword_spans.push(v.map_or((a.end_byte(), a.end_byte()), |v| (v.start_byte(), v.end_byte())));
+                    keywords.push((k, v.map(|v| text(src, v).trim().to_string()).unwrap_or_default()));
+                    spans.push(v.map_or((a.end_byte(), a.end_byte()), |v| (v.start_byte(), v.end_byte())));
                 }
                 "dictionary_splat" => c.splat_kw = true,
                 "comment" => {}
@@ -418,6 +634,8 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
             }
         }
     }
+    c.keywords = keywords.into_boxed_slice();
+    c.keyword_spans = spans.into_boxed_slice();
     if callee == "atexit.register" {
         if let Some((name, _)) = refs.first() {
             m.atexit.insert(name.clone());
@@ -436,29 +654,79 @@ fn call(src: &str, n: Node, scope: usize, m: &mut Module) {
         }
     }
     for (name, node) in refs {
-        let r = Call {
-            callee: name.clone(),
-            last: name.clone(),
-            attr: false,
-            positional: 0,
-            keywords: Vec::new(),
-            keyword_spans: Vec::new(),
-            first_arg: None,
-            splat_kw: false,
-            args: String::new(),
-            start: node.start_byte(),
-            end: node.end_byte(),
-            name_start: node.start_byte(),
-            scope,
-            via: Some(callee.clone()),
-            statement: false,
-        };
-        m.refs.push((name, r));
+        m.refs.push(Ref { name, start: node.start_byte(), end: node.end_byte(), call: m.calls.len() });
     }
     m.calls.push(c);
 }
 
 impl Module {
+    /// A copy made once the tree is freed. The facts were allocated between the tree's nodes, and
+    /// the next file's tree does not fit in the holes they leave: RSS grew by twice the facts per
+    /// file. The copy packs them into the freed space. `calls` has room for the references to
+    /// this file's functions, which `Program::new` adds: growing it there would copy it again.
+    fn compact(&self) -> Module {
+        let plain: HashSet<&str> =
+            self.scopes.iter().skip(1).filter(|s| !s.is_method).map(|s| s.name.as_str()).collect();
+        let own_refs = self
+            .refs
+            .iter()
+            .filter(|r| plain.contains(r.name.as_str()) && !is_signal_via(&self.calls[r.call].callee))
+            .count();
+        let mut calls = Vec::with_capacity(self.calls.len() + own_refs);
+        calls.extend(self.calls.iter().cloned());
+        Module {
+            path: self.path.clone(),
+            src: self.src.clone(),
+            line_starts: self.line_starts.clone(),
+            scopes: self.scopes.clone(),
+            calls,
+            ctxs: self.ctxs.clone(),
+            conds: self.conds.clone(),
+            guards: self.guards.clone(),
+            imports: self.imports.clone(),
+            import_words: self.import_words.clone(),
+            star_imports: self.star_imports.clone(),
+            atexit: self.atexit.clone(),
+            handlers: self.handlers.clone(),
+            assigns: self.assigns.clone(),
+            classes: self.classes.clone(),
+            statements: self.statements.clone(),
+            query_sites: self.query_sites.clone(),
+            refs: self.refs.clone(),
+        }
+    }
+
+    /// Reference `r` as a call of the function it names: where the call that it is passed to
+    /// sits, `via` that call.
+    pub fn ref_call(&self, r: &Ref) -> Call {
+        let c = &self.calls[r.call];
+        Call {
+            callee: r.name.clone(),
+            last: r.name.clone(),
+            attr: false,
+            positional: 0,
+            keywords: Box::default(),
+            keyword_spans: Box::default(),
+            first_arg: None,
+            splat_kw: false,
+            args: (0, 0),
+            start: r.start,
+            end: r.end,
+            name_start: r.start,
+            scope: c.scope,
+            via: Some(c.callee.as_str().into()),
+            statement: false,
+            ctx: c.ctx,
+            guarded: c.guarded,
+            exit_block: c.exit_block,
+        }
+    }
+
+    /// The argument list of `c` as written (empty for a reference).
+    pub fn args(&self, c: &Call) -> &str {
+        &self.src[c.args.0..c.args.1]
+    }
+
     /// 1-based line and column (in characters) of a byte offset.
     pub fn position(&self, byte: usize) -> (u64, u64) {
         let i = self.line_starts.partition_point(|&s| s <= byte) - 1;
@@ -481,167 +749,124 @@ impl Module {
         self.src[start..end].trim()
     }
 
-    /// The function the node at `start..end` belongs to.
-    pub fn scope_at(&self, start: usize, end: usize) -> usize {
-        let mut cur = self.node(start, end);
-        while let Some(p) = cur.parent() {
-            if p.kind() == "function_definition" {
-                return self.scope_by_start.get(&p.start_byte()).copied().unwrap_or(0);
-            }
-            cur = p;
-        }
-        0
-    }
-
-    pub fn node(&self, start: usize, end: usize) -> Node<'_> {
-        self.tree.root_node().descendant_for_byte_range(start, end).unwrap_or(self.tree.root_node())
-    }
-
-    /// Make room for the calls' contexts once the call list is final (`eval::Program::new`).
-    pub fn reset_ctxs(&mut self) {
-        self.ctxs = (0..self.calls.len()).map(|_| std::cell::OnceCell::new()).collect();
-    }
-
     /// The statement context of call `ci`.
     pub fn call_ctx(&self, ci: usize) -> &Ctx {
-        let c = &self.calls[ci];
-        self.ctxs[ci].get_or_init(|| self.ctx(c.start, c.end))
+        &self.ctxs[self.calls[ci].ctx as usize]
     }
 
-    /// The statement context of the node at `start..end`, up to its function.
-    pub fn ctx(&self, start: usize, end: usize) -> Ctx {
-        let mut ctx = Ctx::default();
-        let mut cur = self.node(start, end);
-        while let Some(p) = cur.parent() {
-            match p.kind() {
-                "function_definition" | "lambda" => break,
-                "finally_clause" => {
-                    ctx.finally = true;
-                    if ctx.finally_try.is_none() {
-                        if let Some(t) = p.parent() {
-                            ctx.finally_try = Some((t.start_byte(), t.end_byte()));
-                        }
-                    }
-                }
-                "except_clause" | "except_group_clause" => {
-                    ctx.except = true;
-                    if ctx.handler.is_none() {
-                        if let Some(t) = p.parent() {
-                            ctx.handler = Some(((p.start_byte(), p.end_byte()), (t.start_byte(), t.end_byte())));
-                        }
-                    }
-                }
-                "for_statement" | "while_statement" if p.child_by_field_name("body") == Some(cur) => {
-                    ctx.in_loop = true;
-                    if ctx.loop_body.is_none() {
-                        ctx.loop_body = Some((cur.start_byte(), cur.end_byte()));
-                    }
-                }
-                "elif_clause" if p.child_by_field_name("consequence") == Some(cur) => {
-                    if let Some(c) = p.child_by_field_name("condition") {
-                        ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
-                    }
-                }
-                "if_statement" => {
-                    let cond = p.child_by_field_name("condition");
-                    let mut arm = None;
-                    if p.child_by_field_name("consequence") == Some(cur) {
-                        arm = Some(0);
-                        if let Some(c) = cond {
-                            ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
-                        }
-                    } else if matches!(cur.kind(), "elif_clause" | "else_clause") {
-                        // Past the `if` and every earlier `elif`: their conditions do not hold.
-                        let mut c = p.walk();
-                        let alts: Vec<Node> = p.children_by_field_name("alternative", &mut c).collect();
-                        let i = alts.iter().position(|a| *a == cur);
-                        arm = i.map(|i| i as u32 + 1);
-                        if let Some(c) = cond {
-                            ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
-                        }
-                        for a in alts.iter().take(i.unwrap_or(0)) {
-                            if let Some(c) = a.child_by_field_name("condition") {
-                                ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
-                            }
-                        }
-                    }
-                    if let Some(arm) = arm {
-                        ctx.arms.push((p.start_byte(), arm));
-                    }
-                }
-                "try_statement" => {
-                    let arm = match cur.kind() {
-                        "except_clause" | "except_group_clause" => {
-                            let mut c = p.walk();
-                            let i = p.children(&mut c).position(|a| a == cur);
-                            i.map_or(1, |i| i as u32 + 1)
-                        }
-                        "finally_clause" => FINALLY_ARM,
-                        // The body and the `else` run on the same (no exception) path.
-                        _ => 0,
-                    };
-                    ctx.arms.push((p.start_byte(), arm));
-                }
-                _ => {}
-            }
-            cur = p;
-        }
-        ctx
+    /// A statement context by its index (`Call::ctx`, `Stmt::ctx`).
+    pub fn ctx(&self, id: u32) -> &Ctx {
+        &self.ctxs[id as usize]
+    }
+
+    /// The rank analysis of a condition of one of this file's contexts.
+    pub fn cond_parts(&self, c: &Cond) -> &[rank::Part] {
+        self.conds.get(&(c.start, c.end, c.positive)).map_or(&[], Vec::as_slice)
+    }
+
+    /// A site's `guarded` bits hold `guard`: an enclosing `if <guard>:`, or an `if <guard>: ...
+    /// return` earlier in an enclosing block of its function.
+    pub fn is_guarded(&self, bits: u64, guard: &Regex) -> bool {
+        let i = self.guards.iter().position(|g| g == guard.as_str()).expect("the guard was wanted at parse time");
+        bits >> i & 1 == 1
+    }
+
+    /// After call `ci`, a `return` or `raise` ends one of its enclosing blocks before control
+    /// reaches `later` (a byte offset outside those blocks).
+    pub fn exits_before(&self, ci: usize, later: usize) -> bool {
+        self.calls[ci].exit_block.is_some_and(|(s, e)| !(s as usize..e as usize).contains(&later))
     }
 
     /// Condition texts of `ctx`, for a guard regex (`else` arms included, as before).
     pub fn cond_texts<'a>(&'a self, ctx: &'a Ctx) -> impl Iterator<Item = &'a str> + 'a {
         ctx.conds.iter().map(move |c| &self.src[c.start..c.end])
     }
+}
 
-    /// An `if <guard>: ... return` earlier in an enclosing block of the function, or an enclosing
-    /// `if <guard>:`.
-    pub fn guarded(&self, start: usize, end: usize, guard: &regex::Regex) -> bool {
-        let ctx = self.ctx(start, end);
-        if self.cond_texts(&ctx).any(|c| guard.is_match(c)) {
-            return true;
-        }
-        let mut cur = self.node(start, end);
-        while let Some(p) = cur.parent() {
-            if matches!(p.kind(), "function_definition" | "lambda") {
-                break;
-            }
-            if p.kind() == "block" || p.kind() == "module" {
-                let mut c = p.walk();
-                for s in p.named_children(&mut c).take_while(|s| s.end_byte() <= cur.start_byte()) {
-                    if s.kind() == "if_statement"
-                        && s.child_by_field_name("condition").is_some_and(|c| guard.is_match(text(&self.src, c)))
-                        && s.child_by_field_name("consequence").is_some_and(|b| exits(b))
-                    {
-                        return true;
+/// The statement context of `n`, whose ancestors are `anc` (the root first), up to its function.
+fn ctx_of(anc: &[Node], n: Node) -> Ctx {
+    let mut ctx = Ctx::default();
+    for i in (0..anc.len()).rev() {
+        let (p, cur) = (anc[i], anc.get(i + 1).copied().unwrap_or(n));
+        let parent = i.checked_sub(1).map(|j| anc[j]);
+        match p.kind() {
+            "function_definition" | "lambda" => break,
+            "finally_clause" => {
+                ctx.finally = true;
+                if ctx.finally_try.is_none() {
+                    if let Some(t) = parent {
+                        ctx.finally_try = Some((t.start_byte(), t.end_byte()));
                     }
                 }
             }
-            cur = p;
-        }
-        false
-    }
-
-    /// After the node at `start..end`, a `return` or `raise` ends one of its enclosing blocks
-    /// before control reaches `later` (a byte offset outside those blocks).
-    pub fn exits_before(&self, start: usize, end: usize, later: usize) -> bool {
-        let mut cur = self.node(start, end);
-        while let Some(p) = cur.parent() {
-            if matches!(p.kind(), "function_definition" | "lambda" | "module") || p.byte_range().contains(&later) {
-                break;
-            }
-            if p.kind() == "block" {
-                let mut c = p.walk();
-                if p.named_children(&mut c).any(|s| {
-                    s.start_byte() >= cur.end_byte() && matches!(s.kind(), "return_statement" | "raise_statement")
-                }) {
-                    return true;
+            "except_clause" | "except_group_clause" => {
+                ctx.except = true;
+                if ctx.handler.is_none() {
+                    if let Some(t) = parent {
+                        ctx.handler = Some(((p.start_byte(), p.end_byte()), (t.start_byte(), t.end_byte())));
+                    }
                 }
             }
-            cur = p;
+            "for_statement" | "while_statement" if p.child_by_field_name("body") == Some(cur) => {
+                ctx.in_loop = true;
+                if ctx.loop_body.is_none() {
+                    ctx.loop_body = Some((cur.start_byte(), cur.end_byte()));
+                }
+            }
+            "elif_clause" if p.child_by_field_name("consequence") == Some(cur) => {
+                if let Some(c) = p.child_by_field_name("condition") {
+                    ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
+                }
+            }
+            "if_statement" => {
+                let cond = p.child_by_field_name("condition");
+                let mut arm = None;
+                if p.child_by_field_name("consequence") == Some(cur) {
+                    arm = Some(0);
+                    if let Some(c) = cond {
+                        ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: true });
+                    }
+                } else if matches!(cur.kind(), "elif_clause" | "else_clause") {
+                    // Past the `if` and every earlier `elif`: their conditions do not hold.
+                    let mut c = p.walk();
+                    let alts: Vec<Node> = p.children_by_field_name("alternative", &mut c).collect();
+                    let i = alts.iter().position(|a| *a == cur);
+                    arm = i.map(|i| i as u32 + 1);
+                    if let Some(c) = cond {
+                        ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
+                    }
+                    for a in alts.iter().take(i.unwrap_or(0)) {
+                        if let Some(c) = a.child_by_field_name("condition") {
+                            ctx.conds.push(Cond { start: c.start_byte(), end: c.end_byte(), positive: false });
+                        }
+                    }
+                }
+                if let Some(arm) = arm {
+                    ctx.arms.push((p.start_byte(), arm));
+                }
+            }
+            "try_statement" => {
+                let arm = match cur.kind() {
+                    "except_clause" | "except_group_clause" => {
+                        let mut c = p.walk();
+                        let i = p.children(&mut c).position(|a| a == cur);
+                        i.map_or(1, |i| i as u32 + 1)
+                    }
+                    "finally_clause" => FINALLY_ARM,
+                    // The body and the `else` run on the same (no exception) path.
+                    _ => 0,
+                };
+                ctx.arms.push((p.start_byte(), arm));
+            }
+            _ => {}
         }
-        false
     }
+    ctx
+}
+
+/// A call that installs a signal handler (`signal.signal(sig, f)`).
+pub fn is_signal_via(v: &str) -> bool {
+    v == "signal.signal" || v == "signal" || v.ends_with(".signal.signal")
 }
 
 /// A block whose statements include a `return` or `raise` at its own level.

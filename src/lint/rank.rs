@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use tree_sitter::Node;
 
-use super::python::{squash, text, Cond, Module};
+use super::python::{squash, text};
 
 /// The sample ranks: rank 0, two others and a "last" one. -1 (the "not distributed" sentinel of
 /// many scripts) is never one of them, so `rank != -1` holds on every rank.
@@ -276,10 +276,10 @@ fn cmp(a: &V, op: &str, b: &V) -> Tri {
 /// A condition's value on each sample rank.
 pub type Sig = [Tri; DOMAIN.len()];
 
-fn sig_of(m: &Module, n: Node) -> Sig {
+fn sig_of(src: &str, n: Node) -> Sig {
     let mut out = [Tri::U; DOMAIN.len()];
     for (i, r) in DOMAIN.iter().enumerate() {
-        let mut e = Eval { src: &m.src, rank: *r, who: None };
+        let mut e = Eval { src, rank: *r, who: None };
         out[i] = truthy(&e.eval(n, 0));
     }
     out
@@ -303,59 +303,80 @@ pub struct Path {
 }
 
 /// `a and b` holding: both hold (split so that a uniform conjunct is compared on its own).
-fn conjuncts<'a>(m: &'a Module, n: Node<'a>, out: &mut Vec<Node<'a>>) {
+fn conjuncts<'a>(src: &str, n: Node<'a>, out: &mut Vec<Node<'a>>) {
     let mut n = n;
     while n.kind() == "parenthesized_expression" && n.named_child_count() == 1 {
         n = n.named_child(0).unwrap();
     }
-    if n.kind() == "boolean_operator" && n.child_by_field_name("operator").is_some_and(|o| text(&m.src, o) == "and") {
+    if n.kind() == "boolean_operator" && n.child_by_field_name("operator").is_some_and(|o| text(src, o) == "and") {
         if let (Some(l), Some(r)) = (n.child_by_field_name("left"), n.child_by_field_name("right")) {
-            conjuncts(m, l, out);
-            conjuncts(m, r, out);
+            conjuncts(src, l, out);
+            conjuncts(src, r, out);
             return;
         }
     }
     out.push(n);
 }
 
-pub fn path(m: &Module, conds: &[Cond]) -> Path {
-    let mut p = Path { sig: [Tri::T; DOMAIN.len()], selective: false, uniform: Vec::new(), rank_conds: Vec::new() };
-    for c in conds {
-        let node = m.node(c.start, c.end);
-        let mut parts = Vec::new();
-        if c.positive {
-            conjuncts(m, node, &mut parts);
-        } else {
-            parts.push(node);
+/// One conjunct of a branch condition as the site sees it: rank-uniform (its text without
+/// spaces, and whether it holds), or rank-selective (its value per sample rank, and its text).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Uniform(String, bool),
+    Rank(Sig, String),
+}
+
+/// The parts of condition `node` on a branch where it holds (`positive`: each `and` conjunct
+/// apart) or where it does not (whole). Taken at parse time, while the tree is there.
+pub fn parts(src: &str, node: Node, positive: bool) -> Vec<Part> {
+    let mut nodes = Vec::new();
+    if positive {
+        conjuncts(src, node, &mut nodes);
+    } else {
+        nodes.push(node);
+    }
+    let mut out = Vec::new();
+    for mut n in nodes {
+        // `not x` holding is x not holding: one text for both, so that they contradict.
+        let mut positive = positive;
+        loop {
+            match n.kind() {
+                "not_operator" => match n.child_by_field_name("argument") {
+                    Some(a) => {
+                        n = a;
+                        positive = !positive;
+                    }
+                    None => break,
+                },
+                "parenthesized_expression" if n.named_child_count() == 1 => n = n.named_child(0).unwrap(),
+                _ => break,
+            }
         }
-        for mut n in parts {
-            // `not x` holding is x not holding: one text for both, so that they contradict.
-            let mut positive = c.positive;
-            loop {
-                match n.kind() {
-                    "not_operator" => match n.child_by_field_name("argument") {
-                        Some(a) => {
-                            n = a;
-                            positive = !positive;
-                        }
-                        None => break,
-                    },
-                    "parenthesized_expression" if n.named_child_count() == 1 => n = n.named_child(0).unwrap(),
-                    _ => break,
-                }
-            }
-            let mut s = sig_of(m, n);
-            if !positive {
-                s = s.map(Tri::not);
-            }
-            if s.iter().all(|t| *t == Tri::U) {
-                p.uniform.push((squash(text(&m.src, n)), positive));
-            } else {
+        let mut s = sig_of(src, n);
+        if !positive {
+            s = s.map(Tri::not);
+        }
+        if s.iter().all(|t| *t == Tri::U) {
+            out.push(Part::Uniform(squash(text(src, n)), positive));
+        } else {
+            let t = text(src, n).split_whitespace().collect::<Vec<_>>().join(" ");
+            out.push(Part::Rank(s, if positive { t } else { format!("not ({t})") }));
+        }
+    }
+    out
+}
+
+/// The path of a site from the parts of its conditions, innermost first.
+pub fn path<'a>(parts: impl Iterator<Item = &'a Part>) -> Path {
+    let mut p = Path { sig: [Tri::T; DOMAIN.len()], selective: false, uniform: Vec::new(), rank_conds: Vec::new() };
+    for part in parts {
+        match part {
+            Part::Uniform(t, positive) => p.uniform.push((t.clone(), *positive)),
+            Part::Rank(s, t) => {
                 for (a, b) in p.sig.iter_mut().zip(s) {
-                    *a = a.and(b);
+                    *a = a.and(*b);
                 }
-                let t = text(&m.src, n).split_whitespace().collect::<Vec<_>>().join(" ");
-                p.rank_conds.push(if positive { t } else { format!("not ({t})") });
+                p.rank_conds.push(t.clone());
             }
         }
     }
@@ -377,10 +398,11 @@ mod tests {
 
     fn path_of(cond: &str) -> Path {
         let src = format!("if {cond}:\n    dist.barrier()\n");
-        let mut m = super::super::python::parse("t.py", src).unwrap();
-        m.reset_ctxs();
+        let checks = super::super::check::builtin().unwrap();
+        let want = super::super::python::Wanted::of(&checks);
+        let m = super::super::python::parse("t.py", src, &want).unwrap();
         let i = m.calls.iter().position(|c| c.last == "barrier").unwrap();
-        path(&m, &m.call_ctx(i).conds)
+        path(m.call_ctx(i).conds.iter().flat_map(|c| m.cond_parts(c)))
     }
 
     #[test]

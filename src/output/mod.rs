@@ -101,6 +101,15 @@ pub fn json<T: Serialize + ?Sized>(v: &T) -> String {
     s
 }
 
+/// `json(v)` written to stdout as it is made: a large report (lint of a thousand files: 40 MB of
+/// JSON) is not held a second time as one string.
+pub fn print_json<T: Serialize + ?Sized>(v: &T) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, v).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
 /// Write a finished document to stdout. Not print!: a closed pipe must be an error that maps to
 /// exit 0, not a panic.
 pub fn print(text: &str) -> std::io::Result<()> {
