@@ -121,14 +121,14 @@ impl Engine {
             // stripped once, for the prefilter and the matcher.
             if !line.is_empty() {
                 let p = log::strip_prefixes(line);
-                let ask = big && !src.records.is_open() && !head_warns(&p);
+                let ask = big && !src.records.is_open();
                 self.asked_line(st, src, line, p, ask, reach);
             }
         } else {
             let line = log::clean_line(raw);
             if !line.is_empty() {
                 let p = log::strip_prefixes(&line);
-                let ask = big && line.is_ascii() && !src.records.is_open() && !head_warns(&p);
+                let ask = big && line.is_ascii() && !src.records.is_open();
                 self.asked_line(st, src, &line, p, ask, reach);
             }
         }
@@ -148,9 +148,13 @@ impl Engine {
         if !ask {
             return self.prefixed_line(st, src, raw, p, Want::All);
         }
-        match self.prefilter().reach(p.rest, reach) {
+        // A logger head's warning matters whatever its message holds (the prefilter reads only
+        // the message).
+        let r =
+            if head_warns(&p) { self.prefilter().warns(p.rest, reach) } else { self.prefilter().reach(p.rest, reach) };
+        match r {
             log::Reach::Nothing => {}
-            log::Reach::Some => self.prefixed_line(st, src, raw, p, Want::Among(reach)),
+            log::Reach::Some | log::Reach::Warns => self.prefixed_line(st, src, raw, p, Want::Among(reach)),
             log::Reach::Any => self.prefixed_line(st, src, raw, p, Want::All),
         }
     }
@@ -529,7 +533,9 @@ impl Engine {
 /// (the evidence keeps the line as it was).
 fn plain_quotes(line: &str) -> Option<String> {
     const CURLY: [char; 4] = ['\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}'];
-    line.contains(CURLY).then(|| {
+    // All four begin with the byte 0xE2: one `memchr` rules out nearly every line.
+    let may = memchr::memchr(0xE2, line.as_bytes()).is_some();
+    (may && line.contains(CURLY)).then(|| {
         line.chars()
             .map(|c| match c {
                 '\u{2018}' | '\u{2019}' => '\'',
@@ -551,7 +557,7 @@ pub(crate) enum Want<'a> {
 }
 
 /// A logger head rates the line a warning or worse: the prefilter, which reads only the message's
-/// literals, must not skip it.
+/// literals, must not skip it (`Prefilter::warns`, not `reach`).
 pub(crate) fn head_warns(p: &log::Prefixed<'_>) -> bool {
     p.level.is_some_and(|l| l >= Level::Attn)
 }
