@@ -530,7 +530,7 @@ fn kv_u32(s: &str, key: &str) -> Option<u32> {
 
 /// `[TS] host:pid:tid [dev] [file:line [(func)] ]NCCL LEVEL msg`
 fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Record<'a>> {
-    let idx = line.find(" NCCL ")?;
+    let idx = find(line.as_bytes(), b" NCCL ")?;
     let after = &line[idx + 6..];
     let (lvl_word, msg) = after.split_once(' ').unwrap_or((after, ""));
     if !matches!(lvl_word, "WARN" | "ATTN" | "INFO" | "TRACE" | "CALL" | "ABORT") {

@@ -334,6 +334,10 @@ impl Engine {
             return;
         }
         st.order += 1;
+        let (warn, ts) = (level >= Level::Attn || error_like, rec.ts.or(l.ts));
+        // A group whose sample is full keeps only the counts and origin of most hits (a return
+        // trace repeated on every rank): no copy of their text then.
+        let whole = outcome.is_some() || cands.is_empty() || st.groups.get(&cands).is_none_or(|g| g.keeps(warn, ts));
         let hit = Hit {
             source: src.idx,
             line: l.line,
@@ -341,14 +345,14 @@ impl Engine {
             rank: rec.rank,
             host: rec.host.or(l.host).map(str::to_string),
             pid: rec.pid.or(l.pid),
-            ts: rec.ts.or(l.ts),
-            text: clip(l.raw),
-            warn: level >= Level::Attn || error_like,
+            ts,
+            text: if whole { clip(l.raw) } else { String::new() },
+            warn,
             chatter: matches!(level, Level::Info | Level::Trace),
             symptom: l.symptom,
             ignored: l.flags.ignored,
             launcher: rec.kind == log::Kind::Launcher,
-            detail: l.detail.map(clip),
+            detail: if whole { l.detail.map(clip) } else { None },
             leveled: leveled.map(|(id, _)| id),
             known: None,
         };
