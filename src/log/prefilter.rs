@@ -41,16 +41,17 @@ pub struct Prefilter {
     /// factor holds the key. Only these are checked on a line, each with its own finders.
     deps: Vec<Vec<Dep>>,
     lits: Vec<LitInfo>,
-    /// Per pattern with factors, its factors as literal ids: first the prefiltered patterns (those
-    /// `Dep::Pattern` names), then the ones that need a level literal.
+    /// Per prefiltered pattern, its factors as literal ids.
     factors: Vec<Vec<Vec<u32>>>,
-    /// Per pattern of `factors`, its index among the patterns given to `new`.
+    /// Per prefiltered pattern, its index among the patterns given to `new`.
     pattern_of: Vec<u32>,
     /// Whether no key of `first` holds another (see `reach`).
     minimal: bool,
-    /// For the lines a level lets through: an automaton over the first factor's literals of every
-    /// pattern of `factors`, and per literal those patterns (built on the first such line).
-    warn_keys: std::sync::OnceLock<Option<(AhoCorasick, Vec<Vec<u32>>)>>,
+    /// The patterns that need a level literal (index among those given, factors): only `warns`
+    /// reads them, so their finders are made with its automaton, not at start-up.
+    level_only: Vec<(u32, Vec<Factor>)>,
+    /// What `warns` searches with, built on the first line a level lets through.
+    warn_keys: std::sync::OnceLock<Option<WarnKeys>>,
     /// Patterns without literals, run on every line, and their indices among those given.
     residual: Option<regex::RegexSet>,
     residual_of: Vec<u32>,
@@ -70,6 +71,17 @@ pub enum Reach {
     Warns,
     /// The line matters, and any pattern may match.
     Any,
+}
+
+/// An automaton over the first factor's literals of every pattern with factors (any match of the
+/// pattern holds one of them), and what each literal leads to.
+struct WarnKeys {
+    ac: AhoCorasick,
+    /// Per literal of `ac`, the patterns (indices into `factors`) whose first factor holds it.
+    pats: Vec<Vec<u32>>,
+    /// Per pattern: its index among those given to `Prefilter::new`, its factors as ids of `lits`.
+    factors: Vec<(u32, Vec<Vec<u32>>)>,
+    lits: Vec<LitInfo>,
 }
 
 /// What a key of the first stage stands for.
@@ -127,7 +139,7 @@ impl Prefilter {
                 // `failed`): the pattern can match only on lines that `reach` answers `Warns` for
                 // anyway, so it needs no key in the first stage.
                 Some((fs, _)) if fs.iter().any(|f| f.iter().all(|l| holds_level(&level_ac, l))) => {
-                    level_only.push((i, fs));
+                    level_only.push((i as u32, fs));
                 }
                 Some((fs, starts)) => {
                     let pi = b.factors.len() as u32;
@@ -144,11 +156,6 @@ impl Prefilter {
                     residual_of.push(i as u32);
                 }
             }
-        }
-        for (i, fs) in level_only {
-            pattern_of.push(i as u32);
-            let ids = fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect();
-            b.factors.push(ids);
         }
         // A smaller DFA reads a large input faster; a small one is read before the reduction
         // (another automaton over every literal) would pay for itself. Either key set finds every
@@ -184,6 +191,7 @@ impl Prefilter {
             factors: b.factors,
             pattern_of,
             minimal: dfa,
+            level_only,
             warn_keys: std::sync::OnceLock::new(),
             residual,
             residual_of,
@@ -200,6 +208,7 @@ impl Prefilter {
             factors: Vec::new(),
             pattern_of: Vec::new(),
             minimal: false,
+            level_only: Vec::new(),
             warn_keys: std::sync::OnceLock::new(),
             residual: None,
             residual_of: Vec::new(),
@@ -276,15 +285,14 @@ impl Prefilter {
     /// lines that set's lazy DFA thrashed its cache. `Reach::Any` when that cannot be told.
     pub fn warns(&self, rest: &str, out: &mut Vec<usize>) -> Reach {
         out.clear();
-        let Some((ac, pats)) = self.warn_keys.get_or_init(|| self.build_warn_keys()) else { return Reach::Any };
+        let Some(w) = self.warn_keys.get_or_init(|| self.build_warn_keys()) else { return Reach::Any };
         let hay = rest.as_bytes();
         let mut lower: Vec<u8> = Vec::new();
-        for m in ac.find_overlapping_iter(hay) {
-            for &p in &pats[m.pattern().as_usize()] {
-                let pat = self.pattern_of[p as usize] as usize;
-                if !out.contains(&pat)
-                    && self.factors[p as usize].iter().all(|f| f.iter().any(|&x| self.present(x, hay, &mut lower)))
-                {
+        for m in w.ac.find_overlapping_iter(hay) {
+            for &p in &w.pats[m.pattern().as_usize()] {
+                let (pat, fs) = &w.factors[p as usize];
+                let pat = *pat as usize;
+                if !out.contains(&pat) && fs.iter().all(|f| f.iter().any(|&x| present(&w.lits, x, hay, &mut lower))) {
                     out.push(pat);
                 }
             }
@@ -295,16 +303,24 @@ impl Prefilter {
         Reach::Warns
     }
 
-    /// The automaton of `warns`: every literal of each pattern's first factor (any match of the
-    /// pattern holds one of them), ASCII case ignored; the factors are then checked exactly.
-    fn build_warn_keys(&self) -> Option<(AhoCorasick, Vec<Vec<u32>>)> {
+    /// The automaton of `warns` (ASCII case ignored; the factors are then checked exactly).
+    fn build_warn_keys(&self) -> Option<WarnKeys> {
+        let mut b = Builder::default();
+        let lit_of = |id: u32| (self.lits[id as usize].finder.needle().to_vec(), self.lits[id as usize].ci);
+        let mut factors: Vec<(u32, Vec<Vec<u32>>)> = Vec::new();
+        for (fs, &pat) in self.factors.iter().zip(&self.pattern_of) {
+            factors.push((pat, fs.iter().map(|f| f.iter().map(|&id| b.lit(&lit_of(id))).collect()).collect()));
+        }
+        for (pat, fs) in &self.level_only {
+            factors.push((*pat, fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect()));
+        }
         let mut index: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
         let mut needles: Vec<&[u8]> = Vec::new();
         let mut pats: Vec<Vec<u32>> = Vec::new();
-        for (p, fs) in self.factors.iter().enumerate() {
+        for (p, (_, fs)) in factors.iter().enumerate() {
             for &id in fs.first()? {
                 let k = *index.entry(id).or_insert_with(|| {
-                    needles.push(self.lits[id as usize].finder.needle());
+                    needles.push(b.lits[id as usize].finder.needle());
                     pats.push(Vec::new());
                     needles.len() - 1
                 });
@@ -314,7 +330,7 @@ impl Prefilter {
             }
         }
         let ac = automaton(&needles, AhoCorasickKind::ContiguousNFA)?;
-        Some((ac, pats))
+        Some(WarnKeys { ac, pats, factors, lits: b.lits })
     }
 
     /// Adds the residual patterns (those without literals) that match `rest`.
@@ -331,16 +347,8 @@ impl Prefilter {
         }
     }
 
-    /// Whether literal `id` is in `hay`; `lower`: `hay` lowercased, made on first need.
     fn present(&self, id: u32, hay: &[u8], lower: &mut Vec<u8>) -> bool {
-        let l = &self.lits[id as usize];
-        if !l.ci {
-            return l.finder.find(hay).is_some();
-        }
-        if lower.is_empty() {
-            *lower = hay.to_ascii_lowercase();
-        }
-        l.finder.find(lower).is_some()
+        present(&self.lits, id, hay, lower)
     }
 
     /// Patterns the prefilter could not take literals from (run on every line).
@@ -370,6 +378,18 @@ fn heads(patterns: &[&str]) -> Option<Vec<Vec<u8>>> {
         out.extend(lits.iter().map(|l| l.as_bytes().to_vec()));
     }
     Some(out)
+}
+
+/// Whether literal `id` of `lits` is in `hay`; `lower`: `hay` lowercased, made on first need.
+fn present(lits: &[LitInfo], id: u32, hay: &[u8], lower: &mut Vec<u8>) -> bool {
+    let l = &lits[id as usize];
+    if !l.ci {
+        return l.finder.find(hay).is_some();
+    }
+    if lower.is_empty() {
+        *lower = hay.to_ascii_lowercase();
+    }
+    l.finder.find(lower).is_some()
 }
 
 /// One ASCII-case-insensitive automaton over `lits` (case-sensitive literals are checked after),
@@ -533,9 +553,9 @@ mod tests {
     fn patterns_that_need_a_level_word_take_no_place_in_the_stages() {
         let pats = [r"NCCL (?:WARN|ATTN) NET/IB ?: \S+ GID table changed".to_string(), r"via P2P/(\w+)".to_string()];
         let p = Prefilter::new(&pats, true);
-        // Its factors are kept for `warns`, but no first-stage key leads to it.
-        assert_eq!(p.pattern_of, [1, 0]);
-        assert!(p.deps.iter().flatten().all(|d| *d == Dep::Pattern(0) || matches!(d, Dep::Level(_))));
+        // Its factors are kept for `warns` only.
+        assert_eq!(p.pattern_of, [1]);
+        assert_eq!(p.level_only.len(), 1);
         let mut out = Vec::new();
         // An INFO line holding the WARN pattern's other literals: nothing it could match.
         assert_eq!(p.reach("NCCL INFO NET/IB : mlx5_0 GID table changed", &mut out), Reach::Nothing);
