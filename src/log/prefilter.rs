@@ -45,9 +45,19 @@ pub struct Prefilter {
     factors: Vec<Vec<Vec<u32>>>,
     /// Per prefiltered pattern, its index among the patterns given to `new`.
     pattern_of: Vec<u32>,
+    /// Whether no key of `first` holds another (see `reach`).
+    minimal: bool,
+    /// The patterns that need a level literal (index among those given, factors): only `warns`
+    /// reads them, so their finders are made with its automaton, not at start-up.
+    level_only: Vec<(u32, Vec<Factor>)>,
+    /// What `warns` searches with, built on the first line a level lets through.
+    warn_keys: std::sync::OnceLock<Option<WarnKeys>>,
     /// Patterns without literals, run on every line, and their indices among those given.
     residual: Option<regex::RegexSet>,
     residual_of: Vec<u32>,
+    /// When every residual pattern is anchored at the start with a known set of first bytes
+    /// (`^OK ...`): those bytes; the set is then run only on lines that start with one of them.
+    residual_heads: Option<Vec<Vec<u8>>>,
 }
 
 /// What `Prefilter::reach` found.
@@ -57,8 +67,21 @@ pub enum Reach {
     Nothing,
     /// Only the patterns it lists can match, and `level_of` cannot rate the line a warning.
     Some,
-    /// Any pattern may match (a warning's level, a c10 prefix).
+    /// The line matters (a warning's level, a c10 prefix), and only the patterns listed can match.
+    Warns,
+    /// The line matters, and any pattern may match.
     Any,
+}
+
+/// An automaton over the first factor's literals of every pattern with factors (any match of the
+/// pattern holds one of them), and what each literal leads to.
+struct WarnKeys {
+    ac: AhoCorasick,
+    /// Per literal of `ac`, the patterns (indices into `factors`) whose first factor holds it.
+    pats: Vec<Vec<u32>>,
+    /// Per pattern: its index among those given to `Prefilter::new`, its factors as ids of `lits`.
+    factors: Vec<(u32, Vec<Vec<u32>>)>,
+    lits: Vec<LitInfo>,
 }
 
 /// What a key of the first stage stands for.
@@ -109,12 +132,15 @@ impl Prefilter {
         let level_ac = AhoCorasick::new(level_literals()).ok();
         let mut residual = Vec::new();
         let (mut pattern_of, mut residual_of) = (Vec::new(), Vec::new());
+        let mut level_only = Vec::new();
         for (i, p) in patterns.iter().enumerate() {
             match factors_of(p) {
                 // A factor whose every literal holds a level literal (`Call to bind failed` holds
-                // `failed`): the pattern can match only on lines that `reach` answers `Any` for
-                // anyway, so it needs no place in either stage.
-                Some((fs, _)) if fs.iter().any(|f| f.iter().all(|l| holds_level(&level_ac, l))) => {}
+                // `failed`): the pattern can match only on lines that `reach` answers `Warns` for
+                // anyway, so it needs no key in the first stage.
+                Some((fs, _)) if fs.iter().any(|f| f.iter().all(|l| holds_level(&level_ac, l))) => {
+                    level_only.push((i as u32, fs));
+                }
                 Some((fs, starts)) => {
                     let pi = b.factors.len() as u32;
                     pattern_of.push(i as u32);
@@ -149,6 +175,7 @@ impl Prefilter {
                 None => return Prefilter::everything(),
             }
         }
+        let residual_heads = heads(&residual);
         let residual = if residual.is_empty() {
             None
         } else {
@@ -157,7 +184,19 @@ impl Prefilter {
                 Err(_) => return Prefilter::everything(),
             }
         };
-        Prefilter { first: Some(first), deps, lits: b.lits, factors: b.factors, pattern_of, residual, residual_of }
+        Prefilter {
+            first: Some(first),
+            deps,
+            lits: b.lits,
+            factors: b.factors,
+            pattern_of,
+            minimal: dfa,
+            level_only,
+            warn_keys: std::sync::OnceLock::new(),
+            residual,
+            residual_of,
+            residual_heads,
+        }
     }
 
     /// A prefilter that lets every line through.
@@ -168,8 +207,12 @@ impl Prefilter {
             lits: Vec::new(),
             factors: Vec::new(),
             pattern_of: Vec::new(),
+            minimal: false,
+            level_only: Vec::new(),
+            warn_keys: std::sync::OnceLock::new(),
             residual: None,
             residual_of: Vec::new(),
+            residual_heads: None,
         }
     }
 
@@ -181,21 +224,24 @@ impl Prefilter {
     }
 
     /// Which patterns can match `rest` (a line with its prefixes stripped, ASCII). On
-    /// `Reach::Some`, `out` holds them (indices into the patterns given to `new`, ascending): the
-    /// engine then runs those alone, not the whole set. Only `rest` is searched: the patterns,
-    /// the level and the record openers see nothing else (Ray's prefix is 40 bytes of a line).
+    /// `Reach::Some` and `Reach::Warns`, `out` holds them (indices into the patterns given to
+    /// `new`, ascending): the engine then runs those alone, not the whole set. Only `rest` is
+    /// searched: the patterns, the level and the record openers see nothing else (Ray's prefix is
+    /// 40 bytes of a line).
     pub fn reach(&self, rest: &str, out: &mut Vec<usize>) -> Reach {
         out.clear();
         let Some(first) = &self.first else { return Reach::Any };
         if positional_warn(rest) {
-            return Reach::Any;
+            return self.warns(rest, out);
         }
         let hay = rest.as_bytes();
         let mut lower: Vec<u8> = Vec::new();
         let mut seen: Vec<usize> = Vec::new();
-        // Asking whether there is any key costs less than finding them all (the DFA's own fast
-        // loop), and almost every line has none.
-        let keys = if first.is_match(hay) { Some(first.find_overlapping_iter(hay)) } else { None };
+        // The earliest key, found by the DFA's own fast loop (almost every line has none). No key
+        // of a minimal set holds another, so none starts before it: the search for all of them
+        // starts there, not at the line's start (the NCCL head is a third of a line).
+        let from = first.find(hay).map(|m| if self.minimal { m.start() } else { 0 });
+        let keys = from.map(|f| first.find_overlapping_iter(aho_corasick::Input::new(hay).span(f..hay.len())));
         for m in keys.into_iter().flatten() {
             let k = m.pattern().as_usize();
             if seen.contains(&k) {
@@ -206,7 +252,7 @@ impl Prefilter {
                 match *d {
                     Dep::Level(id) => {
                         if self.present(id, hay, &mut lower) {
-                            return Reach::Any;
+                            return self.warns(rest, out);
                         }
                     }
                     Dep::Pattern(p) => {
@@ -224,9 +270,7 @@ impl Prefilter {
                 }
             }
         }
-        if let Some(r) = self.residual.as_ref().filter(|r| r.is_match(rest)) {
-            out.extend(r.matches(rest).into_iter().map(|i| self.residual_of[i] as usize));
-        }
+        self.add_residual(rest, out);
         if out.is_empty() {
             return Reach::Nothing;
         }
@@ -235,16 +279,76 @@ impl Prefilter {
         Reach::Some
     }
 
-    /// Whether literal `id` is in `hay`; `lower`: `hay` lowercased, made on first need.
+    /// A line that matters whatever it matches (its level, a logger head): which patterns can
+    /// match it, each pattern's factors checked (those that need a level literal too), so that the
+    /// engine runs them alone, not the set of every pattern: on a teardown's thousands of WARN
+    /// lines that set's lazy DFA thrashed its cache. `Reach::Any` when that cannot be told.
+    pub fn warns(&self, rest: &str, out: &mut Vec<usize>) -> Reach {
+        out.clear();
+        let Some(w) = self.warn_keys.get_or_init(|| self.build_warn_keys()) else { return Reach::Any };
+        let hay = rest.as_bytes();
+        let mut lower: Vec<u8> = Vec::new();
+        for m in w.ac.find_overlapping_iter(hay) {
+            for &p in &w.pats[m.pattern().as_usize()] {
+                let (pat, fs) = &w.factors[p as usize];
+                let pat = *pat as usize;
+                if !out.contains(&pat) && fs.iter().all(|f| f.iter().any(|&x| present(&w.lits, x, hay, &mut lower))) {
+                    out.push(pat);
+                }
+            }
+        }
+        self.add_residual(rest, out);
+        out.sort_unstable();
+        out.dedup();
+        Reach::Warns
+    }
+
+    /// The automaton of `warns` (ASCII case ignored; the factors are then checked exactly).
+    fn build_warn_keys(&self) -> Option<WarnKeys> {
+        let mut b = Builder::default();
+        let lit_of = |id: u32| (self.lits[id as usize].finder.needle().to_vec(), self.lits[id as usize].ci);
+        let mut factors: Vec<(u32, Vec<Vec<u32>>)> = Vec::new();
+        for (fs, &pat) in self.factors.iter().zip(&self.pattern_of) {
+            factors.push((pat, fs.iter().map(|f| f.iter().map(|&id| b.lit(&lit_of(id))).collect()).collect()));
+        }
+        for (pat, fs) in &self.level_only {
+            factors.push((*pat, fs.iter().map(|f| f.iter().map(|l| b.lit(l)).collect()).collect()));
+        }
+        let mut index: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+        let mut needles: Vec<&[u8]> = Vec::new();
+        let mut pats: Vec<Vec<u32>> = Vec::new();
+        for (p, (_, fs)) in factors.iter().enumerate() {
+            for &id in fs.first()? {
+                let k = *index.entry(id).or_insert_with(|| {
+                    needles.push(b.lits[id as usize].finder.needle());
+                    pats.push(Vec::new());
+                    needles.len() - 1
+                });
+                if !pats[k].contains(&(p as u32)) {
+                    pats[k].push(p as u32);
+                }
+            }
+        }
+        let ac = automaton(&needles, AhoCorasickKind::ContiguousNFA)?;
+        Some(WarnKeys { ac, pats, factors, lits: b.lits })
+    }
+
+    /// Adds the residual patterns (those without literals) that match `rest`.
+    fn add_residual(&self, rest: &str, out: &mut Vec<usize>) {
+        // A call of the set costs more than the search on a short line (its cache pool), and the
+        // residual patterns begin with known bytes: ask them first.
+        if let Some(hs) = &self.residual_heads {
+            if !hs.iter().any(|h| rest.as_bytes().starts_with(h)) {
+                return;
+            }
+        }
+        if let Some(r) = self.residual.as_ref().filter(|r| r.is_match(rest)) {
+            out.extend(r.matches(rest).into_iter().map(|i| self.residual_of[i] as usize));
+        }
+    }
+
     fn present(&self, id: u32, hay: &[u8], lower: &mut Vec<u8>) -> bool {
-        let l = &self.lits[id as usize];
-        if !l.ci {
-            return l.finder.find(hay).is_some();
-        }
-        if lower.is_empty() {
-            *lower = hay.to_ascii_lowercase();
-        }
-        l.finder.find(lower).is_some()
+        present(&self.lits, id, hay, lower)
     }
 
     /// Patterns the prefilter could not take literals from (run on every line).
@@ -252,6 +356,40 @@ impl Prefilter {
     fn residual_len(&self) -> usize {
         self.residual.as_ref().map_or(0, |r| r.len())
     }
+}
+
+/// The byte strings one of which every match of every pattern starts with, when each is anchored at
+/// the start of the text (`^`, not `(?m)^`) and its prefixes are few and known; else `None`.
+fn heads(patterns: &[&str]) -> Option<Vec<Vec<u8>>> {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+    use regex_syntax::hir::Look;
+    let mut out = Vec::new();
+    for p in patterns {
+        // As the residual set reads it (Unicode on).
+        let hir = regex_syntax::Parser::new().parse(p).ok()?;
+        if !hir.properties().look_set_prefix().contains(Look::Start) {
+            return None;
+        }
+        let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+        let lits = seq.literals()?;
+        if lits.is_empty() || lits.iter().any(|l| l.as_bytes().is_empty()) {
+            return None;
+        }
+        out.extend(lits.iter().map(|l| l.as_bytes().to_vec()));
+    }
+    Some(out)
+}
+
+/// Whether literal `id` of `lits` is in `hay`; `lower`: `hay` lowercased, made on first need.
+fn present(lits: &[LitInfo], id: u32, hay: &[u8], lower: &mut Vec<u8>) -> bool {
+    let l = &lits[id as usize];
+    if !l.ci {
+        return l.finder.find(hay).is_some();
+    }
+    if lower.is_empty() {
+        *lower = hay.to_ascii_lowercase();
+    }
+    l.finder.find(lower).is_some()
 }
 
 /// One ASCII-case-insensitive automaton over `lits` (case-sensitive literals are checked after),
@@ -415,14 +553,36 @@ mod tests {
     fn patterns_that_need_a_level_word_take_no_place_in_the_stages() {
         let pats = [r"NCCL (?:WARN|ATTN) NET/IB ?: \S+ GID table changed".to_string(), r"via P2P/(\w+)".to_string()];
         let p = Prefilter::new(&pats, true);
+        // Its factors are kept for `warns` only.
         assert_eq!(p.pattern_of, [1]);
+        assert_eq!(p.level_only.len(), 1);
         let mut out = Vec::new();
         // An INFO line holding the WARN pattern's other literals: nothing it could match.
         assert_eq!(p.reach("NCCL INFO NET/IB : mlx5_0 GID table changed", &mut out), Reach::Nothing);
-        assert_eq!(p.reach("NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Any);
-        assert_eq!(p.reach("x NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Any);
+        assert_eq!(p.reach("NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Warns);
+        assert_eq!(out, [0]);
+        assert_eq!(p.reach("x NCCL WARN NET/IB : mlx5_0 GID table changed", &mut out), Reach::Warns);
+        assert_eq!(out, [0]);
+        assert_eq!(p.reach("x NCCL WARN NET/IB : mlx5_0 GID", &mut out), Reach::Warns);
+        assert!(out.is_empty());
         assert_eq!(p.reach("NCCL INFO Channel 00/0 : 1 -> 2 via P2P/CUMEM/read", &mut out), Reach::Some);
         assert_eq!(out, [1]);
+    }
+
+    #[test]
+    fn residual_patterns_are_asked_by_their_heads() {
+        let ok = heads(&[r"^OK(?: \(skipped=\d+\))?$"]).unwrap();
+        assert!(ok.contains(&b"OK".to_vec()) && ok.iter().all(|h| h.starts_with(b"OK")));
+        // Unicode case folding: `k` is also the Kelvin sign.
+        assert_eq!(heads(&[r"^(?i)ok\d"]).map(|h| h.len()), Some(6));
+        assert_eq!(heads(&[r"(?m)^OK\d"]), None);
+        assert_eq!(heads(&[r"x\d+"]), None);
+        assert_eq!(heads(&[r"^\d+ \d+$"]), None);
+        let p = Prefilter::new(&[r"^OK\d".to_string(), r"comm 0x[0-9a-f]+ rank".to_string()], true);
+        assert_eq!(p.residual_len(), 1);
+        assert!(may(&p, "OK1"));
+        assert!(!may(&p, "OK"));
+        assert!(!may(&p, "x OK1"));
     }
 
     #[test]
@@ -443,7 +603,10 @@ mod tests {
         assert_eq!(out, [0]);
         assert_eq!(p.reach("12 34", &mut out), Reach::Some);
         assert_eq!(out, [1]);
-        assert_eq!(p.reach("h:1:1 [0] proxy.cc:1 NCCL WARN comm 0x55 rank 3 nRanks 8", &mut out), Reach::Any);
+        assert_eq!(p.reach("h:1:1 [0] proxy.cc:1 NCCL WARN comm 0x55 rank 3 nRanks 8", &mut out), Reach::Warns);
+        assert_eq!(out, [0]);
+        assert_eq!(p.warns("12 34", &mut out), Reach::Warns);
+        assert_eq!(out, [1]);
         assert_eq!(p.reach("h:1:1 [0] NCCL INFO AllReduce: opCount 1", &mut out), Reach::Nothing);
         assert!(out.is_empty());
     }

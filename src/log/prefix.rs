@@ -79,6 +79,9 @@ fn one<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
         b'[' => bracket(s, p),
         b'(' => ray(s, p),
         b'0'..=b'9' => iso_ts(s, p).or_else(|| srun_label(s, p)).or_else(|| container_id(s)),
+        // NCCL's `host:pid:tid` head (most lines of an INFO log): a name then `:` and no space
+        // is none of these prefixes (each wants a space, ` | `, `: ` or a level word there).
+        b'A'..=b'Z' | b'a'..=b'z' if b.get(name_len(s)) == Some(&b':') && b.get(name_len(s) + 1) != Some(&b' ') => None,
         b'A'..=b'Z' | b'a'..=b'z' => logger_head(s, p)
             .or_else(|| syslog(s, p))
             .or_else(|| compose(s))

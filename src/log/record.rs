@@ -100,7 +100,8 @@ pub const WARN_LITERALS: &[&str] = &[
 pub fn positional_warn(line: &str) -> bool {
     let b = line.as_bytes();
     c10_level(b).is_some_and(|l| l >= Level::Warn)
-        || old_nccl_level(b) == Some(Level::Warn)
+        // Its `WARN ` follows a space: most lines lack one, and the head's parse costs more.
+        || (find(b, b" WARN ").is_some() && old_nccl_level(b) == Some(Level::Warn))
         || b.starts_with(b"NCCL WARN ")
         || b.starts_with(b"NCCL ATTN ")
 }
@@ -419,8 +420,14 @@ fn c10_level(b: &[u8]) -> Option<Level> {
     ok.then_some(lvl)
 }
 
+/// `memmem::find` builds a searcher per call, which cost more than the search on every line of a
+/// large log; the needles here are short and begin with a space or hold a rarer byte second.
 fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    memchr::memmem::find(h, n)
+    match n {
+        [] => Some(0),
+        [c] => memchr::memchr(*c, h),
+        [_, c, ..] => memchr::memchr_iter(*c, h.get(1..)?).find(|&i| h[i..].starts_with(n)),
+    }
 }
 
 /// The full parse of a line (rank prefix already stripped by the caller and passed in `rank`).
@@ -435,10 +442,12 @@ pub fn parse<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
 /// torchrun's elastic agent writes from `torch/distributed/elastic/` and `run.py`; its lines are
 /// the launcher's, whatever rank's file holds them.
 fn is_launcher_line(line: &str) -> bool {
-    line.contains("torch/distributed/elastic/")
-        || line.contains("torch.distributed.elastic")
-        || line.contains("torch/distributed/run.py")
-        || line.contains("torch/distributed/launch.py")
+    // All four name `distributed`, which a line that passes the prefilter seldom holds.
+    find(line.as_bytes(), b"distributed").is_some()
+        && (line.contains("torch/distributed/elastic/")
+            || line.contains("torch.distributed.elastic")
+            || line.contains("torch/distributed/run.py")
+            || line.contains("torch/distributed/launch.py"))
 }
 
 fn parse_any<'a>(line: &'a str, rank: Option<u32>) -> Record<'a> {
@@ -521,7 +530,7 @@ fn kv_u32(s: &str, key: &str) -> Option<u32> {
 
 /// `[TS] host:pid:tid [dev] [file:line [(func)] ]NCCL LEVEL msg`
 fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Record<'a>> {
-    let idx = line.find(" NCCL ")?;
+    let idx = find(line.as_bytes(), b" NCCL ")?;
     let after = &line[idx + 6..];
     let (lvl_word, msg) = after.split_once(' ').unwrap_or((after, ""));
     if !matches!(lvl_word, "WARN" | "ATTN" | "INFO" | "TRACE" | "CALL" | "ABORT") {

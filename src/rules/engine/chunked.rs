@@ -153,13 +153,15 @@ impl Engine {
             let line = unsafe { std::str::from_utf8_unchecked(raw) };
             let p = log::strip_prefixes(line);
             let rest = p.rest;
-            if super::scan::head_warns(&p) {
-                out.push((j as u32, Pre::Matched(self.matches(rest))));
-                continue;
-            }
-            let m = match self.prefilter().reach(rest, &mut reach) {
+            // A logger head's warning matters whatever its message holds.
+            let r = if super::scan::head_warns(&p) {
+                self.prefilter().warns(rest, &mut reach)
+            } else {
+                self.prefilter().reach(rest, &mut reach)
+            };
+            let m = match r {
                 log::Reach::Nothing => continue,
-                log::Reach::Some => self.matches_among(rest, &reach),
+                log::Reach::Some | log::Reach::Warns => self.matches_among(rest, &reach),
                 log::Reach::Any => self.matches(rest),
             };
             out.push((j as u32, Pre::Matched(m)));

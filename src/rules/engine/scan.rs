@@ -121,14 +121,14 @@ impl Engine {
             // stripped once, for the prefilter and the matcher.
             if !line.is_empty() {
                 let p = log::strip_prefixes(line);
-                let ask = big && !src.records.is_open() && !head_warns(&p);
+                let ask = big && !src.records.is_open();
                 self.asked_line(st, src, line, p, ask, reach);
             }
         } else {
             let line = log::clean_line(raw);
             if !line.is_empty() {
                 let p = log::strip_prefixes(&line);
-                let ask = big && line.is_ascii() && !src.records.is_open() && !head_warns(&p);
+                let ask = big && line.is_ascii() && !src.records.is_open();
                 self.asked_line(st, src, &line, p, ask, reach);
             }
         }
@@ -148,9 +148,13 @@ impl Engine {
         if !ask {
             return self.prefixed_line(st, src, raw, p, Want::All);
         }
-        match self.prefilter().reach(p.rest, reach) {
+        // A logger head's warning matters whatever its message holds (the prefilter reads only
+        // the message).
+        let r =
+            if head_warns(&p) { self.prefilter().warns(p.rest, reach) } else { self.prefilter().reach(p.rest, reach) };
+        match r {
             log::Reach::Nothing => {}
-            log::Reach::Some => self.prefixed_line(st, src, raw, p, Want::Among(reach)),
+            log::Reach::Some | log::Reach::Warns => self.prefixed_line(st, src, raw, p, Want::Among(reach)),
             log::Reach::Any => self.prefixed_line(st, src, raw, p, Want::All),
         }
     }
@@ -330,6 +334,10 @@ impl Engine {
             return;
         }
         st.order += 1;
+        let (warn, ts) = (level >= Level::Attn || error_like, rec.ts.or(l.ts));
+        // A group whose sample is full keeps only the counts and origin of most hits (a return
+        // trace repeated on every rank): no copy of their text then.
+        let whole = outcome.is_some() || cands.is_empty() || st.groups.get(&cands).is_none_or(|g| g.keeps(warn, ts));
         let hit = Hit {
             source: src.idx,
             line: l.line,
@@ -337,14 +345,14 @@ impl Engine {
             rank: rec.rank,
             host: rec.host.or(l.host).map(str::to_string),
             pid: rec.pid.or(l.pid),
-            ts: rec.ts.or(l.ts),
-            text: clip(l.raw),
-            warn: level >= Level::Attn || error_like,
+            ts,
+            text: if whole { clip(l.raw) } else { String::new() },
+            warn,
             chatter: matches!(level, Level::Info | Level::Trace),
             symptom: l.symptom,
             ignored: l.flags.ignored,
             launcher: rec.kind == log::Kind::Launcher,
-            detail: l.detail.map(clip),
+            detail: if whole { l.detail.map(clip) } else { None },
             leveled: leveled.map(|(id, _)| id),
             known: None,
         };
@@ -534,7 +542,9 @@ impl Engine {
 /// (the evidence keeps the line as it was).
 fn plain_quotes(line: &str) -> Option<String> {
     const CURLY: [char; 4] = ['\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}'];
-    line.contains(CURLY).then(|| {
+    // All four begin with the byte 0xE2: one `memchr` rules out nearly every line.
+    let may = memchr::memchr(0xE2, line.as_bytes()).is_some();
+    (may && line.contains(CURLY)).then(|| {
         line.chars()
             .map(|c| match c {
                 '\u{2018}' | '\u{2019}' => '\'',
@@ -556,7 +566,7 @@ pub(crate) enum Want<'a> {
 }
 
 /// A logger head rates the line a warning or worse: the prefilter, which reads only the message's
-/// literals, must not skip it.
+/// literals, must not skip it (`Prefilter::warns`, not `reach`).
 pub(crate) fn head_warns(p: &log::Prefixed<'_>) -> bool {
     p.level.is_some_and(|l| l >= Level::Attn)
 }

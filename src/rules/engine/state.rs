@@ -91,15 +91,33 @@ impl Group {
 
     /// A hit that came once the sample was full.
     pub(crate) fn after_sample(&mut self, h: &Hit) {
-        if h.warn && self.warn_sample.len() < SAMPLE {
+        if self.warn_kept(h.warn) {
             self.warn_sample.push(h.clone());
         }
-        if h.ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| h.ts < e.ts) {
+        if self.earliest_kept(h.ts) {
             self.earliest_ts = Some(h.clone());
         }
-        if h.ts.is_some_and(|t| !t.is_nan()) && self.earliest_num.as_ref().is_none_or(|e| h.ts < e.ts) {
+        if self.earliest_num_kept(h.ts) {
             self.earliest_num = Some(h.clone());
         }
+    }
+
+    /// Whether `add` keeps more of a hit with this level and time than its counts and origin (in
+    /// the sample or as an earliest one): if not, the caller need not copy its text.
+    pub(crate) fn keeps(&self, warn: bool, ts: Option<f64>) -> bool {
+        self.sample.len() < SAMPLE || self.warn_kept(warn) || self.earliest_kept(ts) || self.earliest_num_kept(ts)
+    }
+
+    fn warn_kept(&self, warn: bool) -> bool {
+        warn && self.warn_sample.len() < SAMPLE
+    }
+
+    fn earliest_kept(&self, ts: Option<f64>) -> bool {
+        ts.is_some() && self.earliest_ts.as_ref().is_none_or(|e| ts < e.ts)
+    }
+
+    fn earliest_num_kept(&self, ts: Option<f64>) -> bool {
+        ts.is_some_and(|t| !t.is_nan()) && self.earliest_num.as_ref().is_none_or(|e| ts < e.ts)
     }
 
     /// Append `o`, the group of a later input (hit orders already shifted): the same group as
