@@ -62,7 +62,7 @@ fn read_tsv(name: &str) -> Vec<Vec<String>> {
 }
 
 /// The launcher and training libraries catalogued beside torch (scripts/catalog/libs.py).
-const LIBS: [&str; 6] = ["accelerate", "deepspeed", "lightning", "torchtitan", "megatron-core", "nemo"];
+const LIBS: [&str; 7] = ["accelerate", "deepspeed", "lightning", "torchtitan", "megatron-core", "nemo", "vllm"];
 
 struct Catalog {
     nccl_releases: Vec<Version>,
@@ -317,7 +317,13 @@ fn lines(s: &Site) -> Vec<String> {
                     _ => "WARNING",
                 };
                 let base = s.file.rsplit('/').next().unwrap_or(&s.file);
-                out.push(format!("[2025-01-02 10:00:00,000] [{lvl}] [{base}:{}:f] {msg}", s.line));
+                if s.lib == "vllm" {
+                    // vllm/logger.py's head: `LEVEL MM-DD HH:MM:SS [file.py:line] ` (0.7 on;
+                    // earlier releases without the brackets).
+                    out.push(format!("{lvl} 01-02 10:00:00 [{base}:{}] {msg}", s.line));
+                } else {
+                    out.push(format!("[2025-01-02 10:00:00,000] [{lvl}] [{base}:{}:f] {msg}", s.line));
+                }
             }
         } else if s.lib == "nvshmem" {
             // Errors behind `file:line: `, warnings behind `WARN: `.
@@ -699,8 +705,9 @@ fn coverage_doc() -> String {
          by `torch/distributed/**.py` and `torch/nn/parallel/**.py`, and the C++ c10d sites read from the\n\
          wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
          accelerate 0.18-1.16, DeepSpeed 0.7-0.19, Lightning 2.0-2.6, torchtitan 0.1-0.3, megatron-core\n\
-         0.5-0.19, NeMo 1.23-3.0 (its core, utils, lightning and Megatron training paths): their warnings\n\
-         and log lines;\n\
+         0.5-0.19, NeMo 1.23-3.0 (its core, utils, lightning and Megatron training paths), vLLM 0.4-0.34\n\
+         (its distributed, executor, worker, engine, platform, config and env code): their warnings and\n\
+         log lines;\n\
          NVSHMEM 3.1-3.8: the message strings of the wheel's libraries; DeepEP: its asserts, printf and raised\n\
          texts at the refs read (V1 tag, V2 and hybrid-EP branches).\n\n\
          | library | family | messages | covered | ignored | known | not covered |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",

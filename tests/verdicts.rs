@@ -334,6 +334,45 @@ fn a_torchtitan_warning_the_catalogue_holds_is_benign_not_unknown() {
 }
 
 #[test]
+fn a_vllm_warning_the_catalogue_holds_is_benign_not_unknown() {
+    // vllm#13719: the multiprocessing executor's torch-thread notice under vLLM's logger head
+    // (vLLM 0.5.5-0.27.1, rules/catalog/vllm.tsv) is a known performance hint.
+    let dir = tempfile::tempdir().unwrap();
+    let log = fixture_log(dir.path(), "rules/fixtures/known-sites/vllm-13719-torch-parallelism-notice.log");
+    let (v, code) = explain(&[&log]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], "known-performance-hint", "{v}");
+    assert!(v["primary"]["title"].as_str().unwrap().contains("vLLM performance hint"), "{v}");
+    assert!(v["primary"]["context"].as_str().unwrap().contains("multiproc_worker_utils.py"), "{v}");
+}
+
+#[test]
+fn a_vllm_error_line_the_catalogue_holds_is_never_benign() {
+    // vllm/v1/executor/multiproc_executor.py's logger.error when a worker dies (class error), and
+    // the same head on a text the catalogue files as a notice: both read as known errors, symptoms.
+    for line in [
+        "(EngineCore_DP0 pid=4242) ERROR 03-01 10:00:00 [multiproc_executor.py:154] Worker proc VllmWorker-1 \
+         died unexpectedly (exit code: -9), shutting down executor.",
+        "ERROR 03-01 10:00:00 [multiproc_executor.py:300] Reducing Torch parallelism from 16 threads to 1 to avoid \
+         unnecessary CPU contention. Set OMP_NUM_THREADS in the external environment to tune this value as needed.",
+    ] {
+        let (v, _) = explain_text("vllm.log", &format!("{line}\n"));
+        assert_ne!(v["verdict"], "benign", "{line}: {v}");
+        assert_ne!(v["verdict"], "clean", "{line}: {v}");
+        let known: Vec<&serde_json::Value> =
+            v["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "known-error").collect();
+        if let Some(f) = known.first() {
+            assert_eq!(f["benign"], false, "{f}");
+            assert!(f["title"].as_str().unwrap().contains("vLLM error"), "{f}");
+        }
+        assert!(
+            v["findings"].as_array().unwrap().iter().all(|f| f["benign"] == false),
+            "no finding of an ERROR line is benign: {v}"
+        );
+    }
+}
+
+#[test]
 fn a_nemo_headed_warning_the_catalogue_holds_is_benign_not_unknown() {
     // NeMo Speech#13913: `[NeMo W ...]` is read as a warning-level head; MegatronStrategy's
     // max_steps notice (NeMo 2.1.0-2.7.3) is known, the captured pydub warning unrelated.

@@ -170,14 +170,14 @@ DEPRECATION_WORDS = re.compile(r"deprecat|will be removed|(?:is|was|has been|bee
 # Words of a message that reports something going wrong, whatever the level it is printed at.
 FAILURE_WORDS = re.compile(r"\b(?:fail(?:ed|ure|ures|s|ing)?|errors?|exceptions?|timed out|"
                            r"crash(?:ed|es)?|refused|reset by peer|corrupt(?:ed|ion)?|deadlock(?:ed)?|killed|"
-                           r"died|lost|out of memory|segfault|hung)\b", re.I)
+                           r"died|lost|out of memory|segfault|hung|timeout waiting|possible hang)\b", re.I)
 TEARDOWN_WORDS = re.compile(r"destroy|destruct|shut(?:ting)? ?down|shutdown|teardown|tear down|finaliz|cleanup|"
                             r"clean up|abort|terminat|exiting|atexit|at exit|before (?:program )?exit|"
                             r"\bexit(?:ed|s)?\b|\bstopp(?:ed|ing)\b|\bclos(?:e|ed|ing)\b", re.I)
 PERFORMANCE_WORDS = re.compile(r"performance|\bslow|bottleneck|overhead|efficien|speed ?up|faster|throughput|"
                                r"tensor cores|num_workers|extra traversal|impair|sub-?optimal|not optimal|"
                                r"expensive|memory (?:usage|footprint|consumption)|peak memory|contiguous|strides|"
-                               r"bucket|bandwidth|latency|set_float32_matmul_precision", re.I)
+                               r"bucket|bandwidth|latency|set_float32_matmul_precision|\bcontention\b", re.I)
 STARTUP_WORDS = re.compile(r"initializ|\bstart(?:ing|ed)?\b|launch|world[ _]size|local_rank|global_rank|"
                            r"\bGPU available|TPU available|HPU available|using (?:backend|device|strategy)|"
                            r"rendezvous|connected|\bready\b|\bspawn|\bworkers?\b", re.I)
@@ -607,7 +607,7 @@ def fetch(cache, gitdir, deepep_git, parts=PARTS):
     if "torch" in parts:
         fetch_torch_cpp(cache)
     if "libs" in parts:
-        libs.fetch(cache, simple_index, http_get)
+        libs.fetch(cache, simple_index, http_get, RemoteZip)
 
 
 def fetch_nccl(cache, gitdir):
@@ -862,7 +862,7 @@ def call_kind(kind, m, args):
         return default
     if kind is None:
         k = m.group(1)
-        return {"warn": "warning", "warning_once": "warning"}.get(k, k)
+        return {"warn": "warning", "warning_once": "warning", "info_once": "info", "error_once": "error"}.get(k, k)
     return kind
 
 
@@ -1328,7 +1328,15 @@ def main():
             print(f"no DeepEP git directory at {deepep_git}: deepep.tsv left as it is", file=sys.stderr)
     if "libs" in parts:
         rel_lines["libs"] = []
-        for lib, (rel, lines) in generate_libs(a.cache).items():
+        generated = generate_libs(a.cache)
+        for lib in libs.LIBS:
+            if lib not in generated:
+                # Not in the cache (a cache filled before the library was added, or by hand): its
+                # committed TSV and releases stay as they are.
+                rel_lines["libs"] += ["\t".join(r) for r in kept["libs"] if r[0] == lib]
+                print(f"{lib}: not in the cache, {lib}.tsv left as it is", file=sys.stderr)
+                continue
+            rel, lines = generated[lib]
             write(lib + ".tsv", lines)
             rel_lines["libs"] += [f"{lib}\t{v}\t{'wheel' if w.endswith('.whl') else 'sdist'} {w}" for v, w in rel]
             print(f"{lib}: {len(rel)} releases, {len(lines) - 4} site rows", file=sys.stderr)

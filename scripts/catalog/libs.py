@@ -1,15 +1,17 @@
-"""accelerate, DeepSpeed, Lightning, torchtitan, megatron-core and NeMo: the warnings and log lines
-their distributed launch and training code prints, read from each release's package on PyPI (Python:
-accelerate, Lightning, torchtitan and NeMo as wheels, megatron-core as its cp311 x86_64 wheel (its
-Python files are the same in every build), DeepSpeed as its source distribution, the only form it
-publishes).
+"""accelerate, DeepSpeed, Lightning, torchtitan, megatron-core, NeMo and vLLM: the warnings and log
+lines their distributed launch, training and serving code prints, read from each release's package on
+PyPI (Python: accelerate, Lightning, torchtitan and NeMo as wheels, megatron-core as its cp311 x86_64
+wheel (its Python files are the same in every build), DeepSpeed as its source distribution, the only
+form it publishes, vLLM as its source distribution (a few MB, where its wheels are 300-500 MB of
+kernels) and, for a release published without one, the kept files of its x86_64 wheel read by range
+requests).
 
 Each library names the releases read (the last of each minor from the one that came out beside
 torch 2.0, spring 2023, to the newest), the files kept (the launcher, the process-group and strategy
 code, the config plugins; not tests, apps, kernels or model code), and the calls that print a
 message beside the ones torch uses (Lightning's rank_zero_*, DeepSpeed's log_dist and its op
 builders' warning(), megatron-core's log_single_rank(logger, level, msg), torchtitan's
-warn_once(logger, msg)). Raised exceptions are left out: they reach the log as Python exceptions, which
+warn_once(logger, msg), vLLM's logger.info_once / error_once and, before 0.7, print_warning_once(msg)). Raised exceptions are left out: they reach the log as Python exceptions, which
 the engine reads as such.
 """
 
@@ -81,6 +83,26 @@ LIBS = {
                            r"models/language_modeling/megatron_base_model)\.py$|"
                            r"nemo/collections/(?:llm/api|common/callbacks/.*)\.py$"),
     },
+    "vllm": {
+        "pypi": "vllm",
+        "form": "sdist",
+        # The last release of each minor from 0.4 (spring 2024) to the newest. 0.15 has no source
+        # distribution on PyPI: its last release is read from the wheel (`remote`).
+        "versions": ["0.4.3", "0.5.5", "0.6.6.post1", "0.7.3", "0.8.5.post1", "0.9.2", "0.10.2", "0.11.2", "0.12.0",
+                     "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.1", "0.19.1", "0.20.2", "0.21.0",
+                     "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
+                     "0.31.0", "0.32.0", "0.33.0", "0.34.0"],
+        "remote": {"0.15.1"},
+        # What a vLLM deployment prints around its parallel setup, not its models: the distributed
+        # code (process groups, custom all-reduce, NCCL/SHM communicators, KV transfer, EPLB), the
+        # executors and workers (V0 and V1), the engines, the platforms, the config and env modules
+        # (config.py / config/, envs.py) and the utilities (utils.py / utils/: the multiprocessing
+        # and thread setup). Not model_executor (models, layers, kernels), entrypoints, tokenizers,
+        # LoRA, multimodal, attention backends or tests.
+        "keep": re.compile(r"vllm/(?!.*(?:^|/)tests?/)(?:(?:distributed|executor|worker|engine|platforms|config|"
+                           r"utils|usage|v1/(?:executor|worker|engine))/.*|config|envs|env_override|utils|v1/utils)"
+                           r"\.py$"),
+    },
 }
 
 
@@ -103,6 +125,13 @@ def calls(lib, base):
         "megatron-core": [
             (re.compile(r"(?<![\w.])(?:log_single_rank|log_on_each_pipeline_stage)\("), "level", 2),
             (re.compile(r"(?<![\w.])(?:logger|log|logging|_logger)\.log\("), "level", 1),
+        ],
+        # vllm/logger.py's _VllmLogger adds info_once / warning_once / error_once (the level is the
+        # method's, generate.call_kind); before 0.7, vllm/utils.py's print_warning_once(msg).
+        "vllm": [
+            (re.compile(r"(?<![\w.])(?:logger|_logger|init_logger\(__name__\))\.(info_once|error_once)\("), None, 0),
+            (re.compile(r"(?<![\w.])init_logger\(__name__\)\.(warning_once|warning|info)\("), None, 0),
+            (re.compile(r"(?<![\w.])print_warning_once\("), "warning", 0),
         ],
         "deepspeed": [
             (re.compile(r"(?<![\w.])log_dist\("), "log_dist", 0),
@@ -140,6 +169,9 @@ def family(lib, path):
         "nemo": [(r"/strategies/|megatron_parallel|nlp_overrides|megatron_init|lightning/fabric/", "strategy"),
                  (r"checkpoint|ckpt|/io/|/connectors/", "checkpoint"), (r"exp_manager|/callbacks/", "callbacks"),
                  (r"/core/optim/", "optimizer"), (r"nemo/lightning/|trainer|llm/api\.py|megatron_base_model", "trainer")],
+        "vllm": [(r"distributed/(?:kv_transfer|ec_transfer)/", "kv-transfer"), (r"vllm/distributed/", "distributed"),
+                 (r"executor/", "executor"), (r"worker/", "worker"), (r"engine/", "engine"),
+                 (r"platforms/", "platform"), (r"vllm/(?:config|envs|env_override)(?:/|\.py)", "config")],
     }[lib]
     for pat, fam in table:
         if re.search(pat, path):
@@ -158,8 +190,10 @@ def pick(index, version, form):
             found.append(f)
     # A library built per platform (megatron-core): the cp311 x86_64 wheel, so that the file read
     # does not depend on the index's order; a pure-Python one has a single wheel.
+    # A wheel built per platform without a cp311 build (vLLM's cp38-abi3): its x86_64 one.
     found.sort(key=lambda f: ("py3-none-any" not in f["filename"] and not ("cp311" in f["filename"] and
-                                                                          "x86_64" in f["filename"])))
+                                                                          "x86_64" in f["filename"]),
+                              "x86_64" not in f["filename"]))
     return found[0] if found else None
 
 
@@ -177,8 +211,10 @@ def members(blob, name):
                 yield m.name.split("/", 1)[1] if "/" in m.name else m.name, t.extractfile(m).read()
 
 
-def fetch(cache, simple_index, http_get):
-    """Each release's kept files under CACHE/libs/LIB/VERSION/py/, its file name in `source`."""
+def fetch(cache, simple_index, http_get, remote_zip=None):
+    """Each release's kept files under CACHE/libs/LIB/VERSION/py/, its file name in `source`. A
+    release in the library's `remote` set is read from its wheel by range requests (`remote_zip`,
+    generate.RemoteZip): the kept files, not the whole wheel."""
     for lib, spec in LIBS.items():
         index = None
         for v in spec["versions"]:
@@ -186,11 +222,18 @@ def fetch(cache, simple_index, http_get):
             if os.path.exists(os.path.join(d, "done")):
                 continue
             index = index or simple_index(spec["pypi"])
-            f = pick(index, v, spec["form"])
+            remote = v in spec.get("remote", ())
+            form = "wheel" if remote else spec["form"]
+            f = pick(index, v, form)
             if f is None:
-                raise SystemExit(f"{spec['pypi']} {v}: no {spec['form']} on the index")
-            blob = http_get(f["url"])
-            for path, body in members(blob, f["filename"]):
+                raise SystemExit(f"{spec['pypi']} {v}: no {form} on the index")
+            if remote:
+                z = remote_zip(f["url"], f["size"])
+                got = z.read_many([n for n in z.members if n.endswith(".py") and spec["keep"].match(n)])
+                files = sorted(got.items())
+            else:
+                files = members(http_get(f["url"]), f["filename"])
+            for path, body in files:
                 if not spec["keep"].match(path):
                     continue
                 p = os.path.join(d, "py", path)

@@ -507,6 +507,7 @@ impl KnownMsg {
         match self.lib.as_str() {
             "torch" => "torch.distributed",
             "nemo" => "NeMo",
+            "vllm" => "vLLM",
             lib => lib,
         }
     }

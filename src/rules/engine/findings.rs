@@ -242,14 +242,22 @@ fn known_finding(finding: &mut Finding, hits: &[Hit]) {
             libs.push(m.lib_name());
         }
     }
-    let tail = match first.class {
+    // The rule's class: a notice printed at error level is read as an error (Engine::known_site).
+    let class = KnownClass::ALL.into_iter().find(|c| c.rule_id() == finding.rule).unwrap_or(first.class);
+    let tail = match class {
         KnownClass::Error => ", with no rule of its own",
         KnownClass::Teardown => ", harmless on a run that completed",
         _ => ", not a failure",
     };
     let plural = if ids.iter().collect::<BTreeSet<_>>().len() > 1 { "s" } else { "" };
-    finding.title = format!("A known {} {}{plural}{tail}", libs.join(" and "), first.class.words());
+    finding.title = format!("A known {} {}{plural}{tail}", libs.join(" and "), class.words());
     finding.add_context(first.where_text());
+    if class != first.class {
+        finding.add_context(format!(
+            "printed at error level: read as an error, though the catalogue files the message as a {}",
+            first.class.words()
+        ));
+    }
 }
 
 /// A finding while it is arbitrated.

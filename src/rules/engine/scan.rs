@@ -367,7 +367,7 @@ impl Engine {
         if cands.is_empty() {
             if hit.warn && outcome != Some(Outcome::Succeeded) {
                 // A message the catalogue knows: the finding of its class, not an unknown line.
-                if let Some((id, r)) = self.known_site(line) {
+                if let Some((id, r)) = self.known_site(line, level) {
                     st.groups.entry(vec![r]).or_default().add(Hit { known: Some(id), ..hit });
                     return;
                 }
@@ -472,13 +472,21 @@ impl Engine {
     }
 
     /// The catalogued message a warning line that no rule reads prints, and the rule of its class.
-    pub(crate) fn known_site(&self, line: &str) -> Option<(u32, usize)> {
+    /// A line printed at error level (vLLM's `ERROR` head, a c10 `[E...]`) never reads as a benign
+    /// notice: a message the catalogue files as a notice (the same text logged at warning level
+    /// elsewhere, or a line of the message that the error's own text holds) is `known-error`
+    /// there; a teardown message keeps its class, which is demoted when the run failed.
+    pub(crate) fn known_site(&self, line: &str, level: Level) -> Option<(u32, usize)> {
+        use crate::rules::catalog::KnownClass;
         if self.known_rules.is_empty() {
             return None;
         }
         let k = crate::rules::catalog::Known::builtin().ok()?;
         let id = k.lookup(line)?;
-        let class = k.get(id)?.class;
+        let mut class = k.get(id)?.class;
+        if level == Level::Error && !matches!(class, KnownClass::Error | KnownClass::Teardown) {
+            class = KnownClass::Error;
+        }
         self.known_rules.iter().find(|(c, _)| *c == class).map(|&(_, r)| (id, r))
     }
 
