@@ -348,12 +348,13 @@ fn a_vllm_warning_the_catalogue_holds_is_benign_not_unknown() {
 
 #[test]
 fn a_vllm_error_line_the_catalogue_holds_is_never_benign() {
-    // vllm/v1/executor/multiproc_executor.py's logger.error when a worker dies (class error), and
-    // the same head on a text the catalogue files as a notice: both read as known errors, symptoms.
+    // vllm#56180: vllm/v1/executor/multiproc_executor.py's logger.error when a worker dies (class
+    // error); and vllm#13719's notice with its level word changed to ERROR (a constructed variant: the
+    // catalogue files that text as a notice, the line's own level must win): both are known errors.
     for line in [
-        "(EngineCore_DP0 pid=4242) ERROR 03-01 10:00:00 [multiproc_executor.py:154] Worker proc VllmWorker-1 \
-         died unexpectedly (exit code: -9), shutting down executor.",
-        "ERROR 03-01 10:00:00 [multiproc_executor.py:300] Reducing Torch parallelism from 16 threads to 1 to avoid \
+        "(EngineCore pid=3677484) ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-0 \
+         died unexpectedly (exit code: None), shutting down executor.",
+        "ERROR 02-22 22:08:56 multiproc_worker_utils.py:300] Reducing Torch parallelism from 16 threads to 1 to avoid \
          unnecessary CPU contention. Set OMP_NUM_THREADS in the external environment to tune this value as needed.",
     ] {
         let (v, _) = explain_text("vllm.log", &format!("{line}\n"));
