@@ -102,10 +102,10 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
 }
 
 impl Engine {
-    /// A reaction with no cause in sight (a generic banner, `wrapper = 2`: torchrun's SIGTERM of
-    /// the other workers, a crash or exception summary) as the primary: the last error line no rule reads, printed before it in
-    /// the same input, is the likely cause. It becomes a finding of its own (`unexplained-cause`),
-    /// the primary, and leaves the unexplained list. Returns the new primary's index.
+    /// A reaction with no cause in sight as the primary (a generic banner, `wrapper = 2`: torchrun's
+    /// SIGTERM of the other workers, a crash or exception summary): the last error line no rule
+    /// reads, printed before it in the same input, is the likely cause. It becomes a finding of its
+    /// own (`unexplained-cause`), the primary, and leaves the unexplained list. Returns its index.
     pub(crate) fn unexplained_cause(
         &self,
         findings: &mut Vec<Cand>,
