@@ -105,8 +105,6 @@ pub struct Engine {
     /// The rule an unexplained error line gets when it is the likely cause of a reaction
     /// (`unexplained-cause`, rules/known-sites.toml).
     unexplained_cause: Option<usize>,
-    /// The patterns of `last_attempt` rules, by rule, compiled on the first retry line.
-    attempt_res: OnceLock<Vec<(usize, Vec<Regex>)>>,
     /// The pattern set for ASCII lines (nearly all): compiled with Unicode off, a fifth of the
     /// compile time of `unicode_set` and the same matches on ASCII text. Compiled on the first
     /// line the prefilter cannot narrow down (a small log may need none: its lines are matched by
@@ -205,7 +203,6 @@ impl Engine {
             outcome_markers,
             known_rules,
             unexplained_cause,
-            attempt_res: OnceLock::new(),
             ascii_set: OnceLock::new(),
             ascii_ok,
             unicode_set,

@@ -501,14 +501,19 @@ impl Engine {
         }
         let mut out = Vec::new();
         for &c in cands {
-            let re = self.singles[c].get_or_init(|| regex::bytes::Regex::new(&format!("(?-u){}", self.pats[c])).ok());
-            match re {
+            match self.single(c) {
                 Some(re) if re.is_match(line.as_bytes()) => out.push(c),
                 Some(_) => {}
                 None => return self.matches(line),
             }
         }
         out
+    }
+
+    /// Pattern `c` alone, as in the byte set (`None`: it does not compile that way), compiled on
+    /// first use.
+    fn single(&self, c: usize) -> Option<&regex::bytes::Regex> {
+        self.singles[c].get_or_init(|| regex::bytes::Regex::new(&format!("(?-u){}", self.pats[c])).ok()).as_ref()
     }
 
     /// The byte set (see `Engine::ascii_set`), compiled on first use.
@@ -659,22 +664,27 @@ pub(crate) fn metric_or_progress(line: &str) -> bool {
 }
 
 impl Engine {
-    /// Whether `line` is the last attempt a `last_attempt` rule counts: its `try` reached `max`.
-    /// Such lines are few (a retry loop's), so the rule's patterns are compiled on first need.
+    /// Whether `line` (the message the rule's patterns matched) is the last attempt a
+    /// `last_attempt` rule counts: its `try` reached `max`. Such lines are few (a retry loop's), so
+    /// the rule's own patterns are asked, as `matches_among` runs them.
     fn is_last_attempt(&self, rule: usize, line: &str) -> bool {
-        let res = self.attempt_res.get_or_init(|| {
-            self.rules
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.def.last_attempt)
-                .map(|(i, r)| (i, r.def.patterns.iter().filter_map(|p| Regex::new(p).ok()).collect()))
-                .collect()
-        });
-        let Some((_, pats)) = res.iter().find(|(i, _)| *i == rule) else { return false };
-        let text = log::strip_prefixes(line).rest;
-        pats.iter().filter_map(|re| re.captures(text).or_else(|| re.captures(line))).any(|c| {
-            let n = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
-            matches!((n("try"), n("max")), (Some(t), Some(m)) if t >= m)
+        let at_max = |t: &[u8], m: &[u8]| {
+            let n = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok());
+            matches!((n(t), n(m)), (Some(t), Some(m)) if t >= m)
+        };
+        let mut mine = self.slots.iter().enumerate().filter(|(_, s)| matches!(s, Slot::Rule(r) if *r == rule));
+        mine.any(|(c, _)| match self.single(c) {
+            Some(re) => re.captures(line.as_bytes()).is_some_and(|m| match (m.name("try"), m.name("max")) {
+                (Some(t), Some(x)) => at_max(t.as_bytes(), x.as_bytes()),
+                _ => false,
+            }),
+            // A pattern the byte form refuses (it names non-ASCII text): its Unicode form.
+            None => {
+                Regex::new(&self.pats[c]).ok().and_then(|re| {
+                    let m = re.captures(line)?;
+                    Some(at_max(m.name("try")?.as_str().as_bytes(), m.name("max")?.as_str().as_bytes()))
+                }) == Some(true)
+            }
         })
     }
 }

@@ -299,10 +299,7 @@ impl State {
             self.outcomes.push((k, shift(h)));
         }
         for (r, h) in o.exhausted {
-            let h = shift(h);
-            if self.exhausted.iter().filter(|(x, _)| *x == r).count() < OUTCOME_KEEP {
-                self.exhausted.push((r, h));
-            }
+            push_capped(&mut self.exhausted, r, shift(h));
         }
         for (r, h) in o.resolved {
             self.resolved.push((r, shift(h)));
@@ -376,15 +373,11 @@ impl State {
     }
 
     pub(crate) fn add_exhausted(&mut self, rule: usize, h: Hit) {
-        if self.exhausted.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
-            self.exhausted.push((rule, h));
-        }
+        push_capped(&mut self.exhausted, rule, h);
     }
 
     pub(crate) fn add_resolved(&mut self, rule: usize, h: Hit) {
-        if self.resolved.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
-            self.resolved.push((rule, h));
-        }
+        push_capped(&mut self.resolved, rule, h);
     }
 
     pub(crate) fn add_outcome(&mut self, o: Outcome, h: &Hit) {
@@ -452,4 +445,11 @@ pub(crate) fn template_of(line: &str) -> String {
         s = re.replace_all(&s, *rep).into_owned();
     }
     s
+}
+
+/// Keeps the first `OUTCOME_KEEP` lines of each rule in a (rule, line) list.
+fn push_capped(v: &mut Vec<(usize, Hit)>, rule: usize, h: Hit) {
+    if v.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
+        v.push((rule, h));
+    }
 }
