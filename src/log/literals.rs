@@ -99,6 +99,19 @@ pub fn key_start(l: &Lit) -> usize {
     (0..=l.0.len() - KEY_LEN).min_by_key(|&i| held(&l.0[i..i + KEY_LEN])).unwrap_or(0)
 }
 
+/// Bytes of English and log text from the most to the least common (a rough order): ties between
+/// pieces that no `COMMON` line holds go to the one of rarer bytes.
+const COMMON_BYTES: &[u8] = b" etaoinsrlhdcumpfgybwvk0123456789.:-_/,=()[]";
+
+/// How likely a line of INFO chatter is to hold `piece` (ASCII case ignored): lower is rarer. The
+/// number of `COMMON` lines holding it first, then how common its bytes are.
+pub fn commonness(piece: &[u8]) -> (usize, usize) {
+    let p = piece.to_ascii_lowercase();
+    let lines = COMMON.iter().filter(|c| c.to_ascii_lowercase().as_bytes().windows(p.len()).any(|w| w == p)).count();
+    let bytes = p.iter().map(|b| COMMON_BYTES.iter().position(|c| c == b).map_or(0, |i| COMMON_BYTES.len() - i)).sum();
+    (lines, bytes)
+}
+
 /// How many lines of `COMMON` hold `l` (ASCII case ignored).
 fn common(l: &Lit) -> usize {
     let l = l.0.to_ascii_lowercase();

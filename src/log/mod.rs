@@ -1,6 +1,7 @@
 //! Input (files, folders, stdin, gzip, zstd, tar, zip) and the records parsed from its lines.
 pub mod archive;
 pub mod chunks;
+mod grams;
 pub mod input;
 pub mod literals;
 pub mod names;

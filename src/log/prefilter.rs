@@ -25,6 +25,7 @@
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
+use super::grams::Gate;
 #[cfg(test)]
 use super::literals::ascii_safe;
 use super::literals::{key_start, required_factors, Factor, Lit, KEY_LEN};
@@ -37,6 +38,8 @@ pub struct Prefilter {
     /// Some key of it is in every line that can matter (a DFA, ASCII case ignored: it reads every
     /// byte of the input). `None`: it could not be built; every line matters.
     first: Option<AhoCorasick>,
+    /// On a large input, what finds the keys instead of `first` (see `grams.rs`), when it can.
+    gate: Option<Gate>,
     /// Per key of `first`, what its presence may mean: a level literal, or a pattern whose best
     /// factor holds the key. Only these are checked on a line, each with its own finders.
     deps: Vec<Vec<Dep>>,
@@ -162,7 +165,10 @@ impl Prefilter {
         // literal's line: a literal's key is the longest one it holds, itself when all are kept.
         let lits = entries.iter().map(|(l, _)| l.clone()).collect();
         let keys = if dfa { minimal(lits) } else { lowercase(lits) };
-        let kind = if dfa { AhoCorasickKind::DFA } else { AhoCorasickKind::ContiguousNFA };
+        // The gate reads a large input several times faster than a DFA; the automaton then only
+        // tells below which key stands for which literal (an NFA is quicker to build).
+        let gate = if dfa { Gate::new(&keys) } else { None };
+        let kind = if dfa && gate.is_none() { AhoCorasickKind::DFA } else { AhoCorasickKind::ContiguousNFA };
         let Some(first) = automaton(&keys, kind) else { return Prefilter::everything() };
         let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); keys.len()];
         for (l, d) in &entries {
@@ -186,6 +192,7 @@ impl Prefilter {
         };
         Prefilter {
             first: Some(first),
+            gate,
             deps,
             lits: b.lits,
             factors: b.factors,
@@ -203,6 +210,7 @@ impl Prefilter {
     fn everything() -> Prefilter {
         Prefilter {
             first: None,
+            gate: None,
             deps: Vec::new(),
             lits: Vec::new(),
             factors: Vec::new(),
@@ -236,18 +244,22 @@ impl Prefilter {
         }
         let hay = rest.as_bytes();
         let mut lower: Vec<u8> = Vec::new();
+        // The keys the line holds, each once.
         let mut seen: Vec<usize> = Vec::new();
-        // The earliest key, found by the DFA's own fast loop (almost every line has none). No key
-        // of a minimal set holds another, so none starts before it: the search for all of them
-        // starts there, not at the line's start (the NCCL head is a third of a line).
-        let from = first.find(hay).map(|m| if self.minimal { m.start() } else { 0 });
-        let keys = from.map(|f| first.find_overlapping_iter(aho_corasick::Input::new(hay).span(f..hay.len())));
-        for m in keys.into_iter().flatten() {
-            let k = m.pattern().as_usize();
-            if seen.contains(&k) {
-                continue;
+        if let Some(g) = &self.gate {
+            g.keys_in(hay, &mut seen);
+        } else if let Some(m) = first.find(hay) {
+            // The earliest key, found by the automaton's own fast loop (almost every line has
+            // none). No key of a minimal set holds another, so none starts before it: the search
+            // for all of them starts there, not at the line's start.
+            let from = if self.minimal { m.start() } else { 0 };
+            for m in first.find_overlapping_iter(aho_corasick::Input::new(hay).span(from..hay.len())) {
+                if !seen.contains(&m.pattern().as_usize()) {
+                    seen.push(m.pattern().as_usize());
+                }
             }
-            seen.push(k);
+        }
+        for &k in &seen {
             for d in &self.deps[k] {
                 match *d {
                     Dep::Level(id) => {

@@ -225,6 +225,13 @@ impl Engine {
         self.big_input = bytes;
     }
 
+    /// Build the prefilter as for a large input whatever the input's size (tests: the gate of
+    /// `log::grams` on the fixtures).
+    #[doc(hidden)]
+    pub fn set_large_input(&mut self) {
+        self.large_input.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Read one large file in chunks of `bytes` with `threads` threads (tests: tiny chunks; `threads`
     /// below 2 turns the chunked reading off).
     #[doc(hidden)]

@@ -127,19 +127,23 @@ fn a_range_gates_a_span_of_releases_only_when_it_holds_for_all_or_none() {
 
 #[test]
 fn prefilter_and_parallel_merge_change_nothing_on_the_fixtures() {
-    let e = engine();
-    let all = fixture_inputs();
-    assert!(all.len() > 20);
-    let opts = Options { evidence: 5, ..Default::default() };
-    for one in &all {
-        same(&e, std::slice::from_ref(one), &opts);
+    // The prefilter of a small input (an automaton) and of a large one (the gate).
+    let mut large = engine();
+    large.set_large_input();
+    for e in [engine(), large] {
+        let all = fixture_inputs();
+        assert!(all.len() > 20);
+        let opts = Options { evidence: 5, ..Default::default() };
+        for one in &all {
+            same(&e, std::slice::from_ref(one), &opts);
+        }
+        // Many inputs at once: read in parallel and merged.
+        same(&e, &all, &opts);
+        same(&e, &all[..7], &opts);
+        // Templates and a byte budget read in turn; still the same.
+        same(&e, &all, &Options { templates: true, ..opts.clone() });
+        same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
     }
-    // Many inputs at once: read in parallel and merged.
-    same(&e, &all, &opts);
-    same(&e, &all[..7], &opts);
-    // Templates and a byte budget read in turn; still the same.
-    same(&e, &all, &Options { templates: true, ..opts.clone() });
-    same(&e, &all, &Options { max_bytes: Some(20_000), ..opts.clone() });
 }
 
 #[test]
