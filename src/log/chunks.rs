@@ -86,6 +86,11 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// Its buffer, for the next chunk read (a buffer used before costs no page faults).
+    pub fn into_buf(self) -> Vec<u8> {
+        self.buf
+    }
+
     pub fn len(&self) -> usize {
         self.lines.len()
     }
@@ -102,10 +107,11 @@ impl Chunk {
 }
 
 /// Chunk `i` of `size` bytes of a source of `len` bytes.
-pub fn read(src: &Source, len: u64, i: u64, size: u64) -> io::Result<Chunk> {
+pub fn read(src: &Source, len: u64, i: u64, size: u64, buf: Vec<u8>) -> io::Result<Chunk> {
     let start = i * size;
     let end = (start + size).min(len);
-    let mut ch = Chunk::default();
+    let mut ch = Chunk { buf, ..Chunk::default() };
+    ch.buf.clear();
     if start >= len {
         return Ok(ch);
     }
@@ -119,7 +125,10 @@ pub fn read(src: &Source, len: u64, i: u64, size: u64) -> io::Result<Chunk> {
         match memchr::memchr(b'\n', &ch.buf) {
             Some(k) => k + 1,
             // No line starts in this chunk: a long line crosses it whole.
-            None => return Ok(Chunk::default()),
+            None => {
+                ch.buf.clear();
+                return Ok(ch);
+            }
         }
     };
     let limit = ch.buf.len();
@@ -187,7 +196,7 @@ mod tests {
         let (src, len) = Source::of(&input).unwrap();
         let (mut got, mut cut) = (Vec::new(), 0);
         for i in 0..len.div_ceil(size).max(1) {
-            let ch = read(&src, len, i, size).unwrap();
+            let ch = read(&src, len, i, size, Vec::new()).unwrap();
             cut += ch.cut;
             got.extend((0..ch.len()).map(|j| ch.line(j).to_vec()));
         }

@@ -422,7 +422,7 @@ fn c10_level(b: &[u8]) -> Option<Level> {
 
 /// `memmem::find` builds a searcher per call, which cost more than the search on every line of a
 /// large log; the needles here are short and begin with a space or hold a rarer byte second.
-fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+pub(crate) fn find(h: &[u8], n: &[u8]) -> Option<usize> {
     match n {
         [] => Some(0),
         [c] => memchr::memchr(*c, h),
@@ -539,15 +539,16 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
     let mut head = &line[..idx];
     let mut ts = None;
     if let Some(rest) = head.strip_prefix('[') {
-        if let Some(close) = rest.find("] ") {
+        if let Some(close) = find(rest.as_bytes(), b"] ") {
             ts = parse_nccl_ts(&rest[..close]);
             head = &rest[close + 2..];
         }
     }
     // head = "host:pid:tid [dev]" optionally followed by " file:line" and " (func)"
-    let mut parts = head.splitn(2, " [");
-    let hpt = parts.next()?;
-    let rest = parts.next().unwrap_or("");
+    let (hpt, rest) = match find(head.as_bytes(), b" [") {
+        Some(i) => (&head[..i], &head[i + 2..]),
+        None => (head, ""),
+    };
     let mut hpt_it = hpt.rsplitn(3, ':');
     let tid = hpt_it.next().and_then(|t| t.parse().ok());
     let pid = hpt_it.next().and_then(|p| p.parse().ok());

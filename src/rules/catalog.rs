@@ -212,7 +212,10 @@ impl Sites {
     /// Whether `lookup_level` may know `msg`, asked without loading the catalogue: false for
     /// nearly every INFO line, which then needs no catalogue at all.
     pub fn may_have_level(msg: &str) -> bool {
-        built::LEVEL_HEADS.binary_search(&head(msg.trim_start())).is_ok()
+        // A set, not a binary search of the sorted list: it is asked of every NCCL line filed.
+        static HEADS: std::sync::LazyLock<std::collections::HashSet<&str, foldhash::fast::RandomState>> =
+            std::sync::LazyLock::new(|| built::LEVEL_HEADS.iter().copied().collect());
+        HEADS.contains(head(msg.trim_start()))
     }
 
     pub fn lookup_level(&self, level: &str, msg: &str) -> Option<(u32, &str)> {

@@ -79,6 +79,9 @@ impl Engine {
         let queue = Mutex::new(Queue { next: 0, done: BTreeMap::new(), stop: false });
         let cv = Condvar::new();
         let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+        // Buffers of filed chunks, for the next ones read.
+        let pool: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+        let take_buf = || pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
         let name = input.name();
         let mut s = SourceState::new(si);
         let mut stats = ReadStats::default();
@@ -98,7 +101,7 @@ impl Engine {
                             break;
                         }
                     }
-                    let r = chunks::read(src, len, i, size).map(|chunk| {
+                    let r = chunks::read(src, len, i, size, take_buf()).map(|chunk| {
                         let pre = self.pre_scan(&chunk);
                         Scanned { chunk, pre }
                     });
@@ -122,7 +125,8 @@ impl Engine {
                 match r {
                     Ok(sc) => {
                         stats.cut_lines += sc.chunk.cut;
-                        self.file_chunk(st, &mut s, sc);
+                        let buf = self.file_chunk(st, &mut s, sc);
+                        pool.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
                         stats.bytes_read = ((i + 1) * size).min(len);
                     }
                     Err(e) => {
@@ -170,8 +174,8 @@ impl Engine {
     }
 
     /// File the lines of one chunk in order: those its worker listed, and while a record is open
-    /// every line, as `scan` does.
-    fn file_chunk(&self, st: &mut State, s: &mut SourceState, sc: Scanned) {
+    /// every line, as `scan` does. Returns the chunk's buffer.
+    fn file_chunk(&self, st: &mut State, s: &mut SourceState, sc: Scanned) -> Vec<u8> {
         let Scanned { chunk, pre } = sc;
         let base = s.lines;
         let mut reach = Vec::new();
@@ -203,5 +207,6 @@ impl Engine {
             j = k + 1;
         }
         s.lines = base + chunk.len() as u64;
+        chunk.into_buf()
     }
 }

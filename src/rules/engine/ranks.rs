@@ -2,14 +2,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::state::{Hit, State};
+use super::state::{FastMap, Hit, State};
 use crate::log;
 
 /// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
 /// lines, else its pid alone, else the one rank its input's lines show, else what the input's
 /// name says (never for a launcher's line).
 pub(crate) struct Ranks {
-    pub(crate) map: HashMap<(String, u32), (u32, u32)>,
+    pub(crate) map: FastMap<(String, u32), (u32, u32)>,
     pub(crate) pid_only: HashMap<u32, u32>,
     pub(crate) source_ranks: Vec<BTreeSet<u32>>,
     /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).

@@ -603,8 +603,8 @@ pub(crate) struct LineRef<'a> {
 /// `rank N nRanks M` of a communicator line that `rank_map_re` matched, read without running the
 /// regex a second time for its groups (logs of many split communicators have one in seven lines).
 pub(crate) fn rank_nranks(line: &str) -> Option<(u32, u32)> {
-    let c = line.find("comm 0x")?;
-    let i = c + line[c..].find(" rank ")?;
+    let c = log::record::find(line.as_bytes(), b"comm 0x")?;
+    let i = c + log::record::find(&line.as_bytes()[c..], b" rank ")?;
     let mut it = line[i + 6..].split(' ');
     let rank = it.next()?.parse().ok()?;
     let kw = it.next()?;

@@ -41,6 +41,9 @@ pub(crate) struct Hit {
 }
 
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
+/// A map asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 pub(crate) type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
 
 #[derive(Default)]
@@ -194,13 +197,13 @@ impl SourceState {
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) order: u64,
-    pub(crate) groups: HashMap<Vec<usize>, Group>,
+    pub(crate) groups: FastMap<Vec<usize>, Group>,
     pub(crate) unexplained: Vec<Hit>,
     pub(crate) unexplained_dropped: u64,
     pub(crate) templates: HashMap<String, (u64, Hit)>,
     pub(crate) nccl_versions: Vec<String>,
     pub(crate) torch_version: Option<String>,
-    pub(crate) rank_map: HashMap<(String, u32), (u32, u32)>,
+    pub(crate) rank_map: FastMap<(String, u32), (u32, u32)>,
     /// `rank_map`'s keys in the order first seen (for `merge`: which keys the cap keeps must not
     /// depend on a hash map's order).
     pub(crate) rank_map_seq: Vec<(String, u32)>,

@@ -322,9 +322,17 @@ pub(crate) fn offer_version(cur: &mut Option<String>, v: String) {
 /// If `msg` ends in the first part of an `NCCL version X.Y.Z` that a paste may have wrapped, that
 /// part (from `NCCL` on).
 pub(crate) fn version_tail(msg: &str) -> Option<&str> {
+    const FULL: &str = "NCCL version ";
+    // Asked of every line: the tail must end the line, so look at its end before searching.
+    let b = msg.as_bytes();
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit() || **c == b'.').count();
+    let maybe = b[..b.len() - digits].ends_with(FULL.as_bytes())
+        || (digits == 0 && (4..FULL.len()).any(|n| b.ends_with(&FULL.as_bytes()[..n])));
+    if !maybe {
+        return None;
+    }
     let i = msg.rfind("NCCL")?;
     let tail = &msg[i..];
-    const FULL: &str = "NCCL version ";
     if tail.len() < FULL.len() {
         return FULL.starts_with(tail).then_some(tail);
     }
@@ -333,4 +341,45 @@ pub(crate) fn version_tail(msg: &str) -> Option<&str> {
     let ok =
         rest.bytes().all(|c| c.is_ascii_digit() || c == b'.') && (rest.ends_with('.') || rest.matches('.').count() < 2);
     ok.then_some(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_tail;
+
+    /// The search from the last `NCCL`, without the look at the line's end that spares most lines it.
+    fn by_search(msg: &str) -> Option<&str> {
+        const FULL: &str = "NCCL version ";
+        let tail = &msg[msg.rfind("NCCL")?..];
+        if tail.len() < FULL.len() {
+            return FULL.starts_with(tail).then_some(tail);
+        }
+        let rest = tail.strip_prefix(FULL)?;
+        let ok = rest.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+            && (rest.ends_with('.') || rest.matches('.').count() < 2);
+        ok.then_some(tail)
+    }
+
+    #[test]
+    fn the_look_at_the_end_changes_no_answer() {
+        let full = "NCCL version 2.21.5";
+        let mut msgs =
+            vec![String::new(), "NCCL INFO comm 0x1 rank 0 nRanks 8".into(), "misc/socket.cc:826 -> 3".into()];
+        for lead in ["", "x ", "NCCL INFO ", "NCCL version 2.1 then ", "cudaDev 0 NCCL"] {
+            for n in 0..=full.len() {
+                msgs.push(format!("{lead}{}", &full[..n]));
+                msgs.push(format!("{lead}{} 7", &full[..n]));
+                msgs.push(format!("{lead}{}+cuda12.4", &full[..n]));
+            }
+            msgs.push(format!("{lead}NCCL version 2."));
+            msgs.push(format!("{lead}NCCL version 12"));
+            msgs.push(format!("{lead}NCCL 2.21."));
+        }
+        for m in &msgs {
+            assert_eq!(version_tail(m), by_search(m), "{m:?}");
+        }
+        assert_eq!(version_tail("x NCCL vers"), Some("NCCL vers"));
+        assert_eq!(version_tail("NCCL version 2.21."), Some("NCCL version 2.21."));
+        assert_eq!(version_tail("NCCL version 2.21.5"), None);
+    }
 }
