@@ -558,7 +558,7 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
         None => (None, ""),
     };
     let mut site = None;
-    if let Some(tok) = after_dev.split_whitespace().next() {
+    if let Some(tok) = first_word(after_dev) {
         if let Some((f, l)) = tok.rsplit_once(':') {
             if let Ok(n) = l.parse() {
                 site = Some((f, n));
@@ -567,7 +567,7 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
     }
     // INFO unwinding lines carry their site inside the message: "misc/socket.cc:826 -> 3".
     if site.is_none() {
-        if let Some(tok) = msg.split_whitespace().next() {
+        if let Some(tok) = first_word(msg) {
             if let Some((f, l)) = tok.rsplit_once(':') {
                 if f.ends_with(".cc") || f.ends_with(".h") || f.ends_with(".cu") {
                     if let Ok(n) = l.parse() {
@@ -578,6 +578,19 @@ fn parse_nccl<'a>(line: &'a str, level: Level, rank: Option<u32>) -> Option<Reco
         }
     }
     Some(Record { kind: Kind::Nccl, level, rank, host, pid, tid, dev, site, ts, msg })
+}
+
+/// `s.split_whitespace().next()`, without decoding characters while the bytes are ASCII (it is
+/// asked twice of every NCCL line filed).
+fn first_word(s: &str) -> Option<&str> {
+    if !s.is_ascii() {
+        return s.split_whitespace().next();
+    }
+    // ASCII's whitespace to `char::is_whitespace` (0x0b too, unlike `u8::is_ascii_whitespace`).
+    let ws = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = s.bytes().position(|c| !ws(&c))?;
+    let len = s.as_bytes()[start..].iter().position(ws).unwrap_or(s.len() - start);
+    Some(&s[start..start + len])
 }
 
 /// `[W1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] msg` (also without the date, and glog's
@@ -659,6 +672,16 @@ fn unix_to_year_secs(t: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn first_word_is_split_whitespaces_first() {
+        for t in
+            ["", " ", "a", "  misc/socket.cc:826 -> 3", "x\x0by", "\t\r\x0c a b", "\u{a0}a b", "a\u{2003}b c", "é x"]
+        {
+            assert_eq!(first_word(t), t.split_whitespace().next(), "{t:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

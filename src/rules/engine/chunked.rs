@@ -13,7 +13,7 @@ use super::state::{SourceState, State};
 use super::Engine;
 
 /// Chunks read per thread ahead of the one being filed: bounds the memory of buffers held.
-const CHUNKS_AHEAD: usize = 1;
+const CHUNKS_AHEAD: usize = 2;
 use crate::log::chunks::{self, Chunk, Source};
 use crate::log::{self, Input, ReadStats};
 

@@ -43,6 +43,7 @@ pub(crate) struct Hit {
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
 /// A map asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub(crate) type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
 
@@ -62,7 +63,7 @@ pub(crate) struct Group {
     pub(crate) sample: Vec<Hit>,
     pub(crate) earliest_ts: Option<Hit>,
     /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
-    pub(crate) who: BTreeSet<Who>,
+    pub(crate) who: FastSet<Who>,
     /// The same, in the order first seen (what `merge` needs to respect `WHO_CAP` as `add` does).
     pub(crate) who_seq: Vec<Who>,
     /// Like `earliest_ts` but over hits with a number for a time (`merge` needs it: a NaN time,
