@@ -46,9 +46,10 @@ impl Gate {
         if keys.is_empty() || keys.iter().any(|k| k.len() < 4) {
             return None;
         }
+        let common = commonness(4);
         let mut chosen: Vec<(u32, u32, u32)> = Vec::with_capacity(keys.len());
         for (k, key) in keys.iter().enumerate() {
-            let o = (0..=key.len() - 4).min_by_key(|&o| commonness(&key[o..o + 4]))?;
+            let o = (0..=key.len() - 4).min_by_key(|&o| common(&key[o..o + 4]))?;
             chosen.push((window(key, o), k as u32, o as u32));
         }
         chosen.sort_unstable();

@@ -103,13 +103,27 @@ pub fn key_start(l: &Lit) -> usize {
 /// pieces that no `COMMON` line holds go to the one of rarer bytes.
 const COMMON_BYTES: &[u8] = b" etaoinsrlhdcumpfgybwvk0123456789.:-_/,=()[]";
 
-/// How likely a line of INFO chatter is to hold `piece` (ASCII case ignored): lower is rarer. The
-/// number of `COMMON` lines holding it first, then how common its bytes are.
-pub fn commonness(piece: &[u8]) -> (usize, usize) {
-    let p = piece.to_ascii_lowercase();
-    let lines = COMMON.iter().filter(|c| c.to_ascii_lowercase().as_bytes().windows(p.len()).any(|w| w == p)).count();
-    let bytes = p.iter().map(|b| COMMON_BYTES.iter().position(|c| c == b).map_or(0, |i| COMMON_BYTES.len() - i)).sum();
-    (lines, bytes)
+/// How likely a line of INFO chatter is to hold a piece of `n` bytes (ASCII case ignored), as a
+/// function made once: lower is rarer. The number of `COMMON` lines holding it first, then how
+/// common its bytes are.
+pub fn commonness(n: usize) -> impl Fn(&[u8]) -> (usize, usize) {
+    let mut lines: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
+    for c in COMMON {
+        let mut seen: Vec<&[u8]> = Vec::new();
+        let c = c.to_ascii_lowercase();
+        for w in c.as_bytes().windows(n) {
+            if !seen.contains(&w) {
+                seen.push(w);
+                *lines.entry(w.to_vec()).or_default() += 1;
+            }
+        }
+    }
+    move |piece: &[u8]| {
+        let p = piece.to_ascii_lowercase();
+        let bytes =
+            p.iter().map(|b| COMMON_BYTES.iter().position(|c| c == b).map_or(0, |i| COMMON_BYTES.len() - i)).sum();
+        (lines.get(&p).copied().unwrap_or(0), bytes)
+    }
 }
 
 /// How many lines of `COMMON` hold `l` (ASCII case ignored).
