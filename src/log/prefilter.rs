@@ -12,9 +12,10 @@
 //! there, or every factor of some pattern is, or it has a c10 severity prefix (`positional_warn`).
 //! Patterns with no usable literal go into a small `RegexSet` of their own that is run on every line.
 //!
-//! One automaton reads every byte: a DFA over the level literals and the best factor of each
-//! pattern (minus literals that contain another one, ASCII case ignored), which finds nothing on
-//! almost every line. For each key it finds, only what that key stands for is checked: the level
+//! One first stage reads every byte for the keys: the level literals and the best factor of each
+//! pattern (minus literals that contain another one, ASCII case ignored), of which almost every
+//! line holds none. On a large input that stage is the gate of `grams.rs` (a 4-byte window of each
+//! key, hashed into a bit table); on a small one an NFA, quicker to build. For each key found, only what that key stands for is checked: the level
 //! literal, or the other factors of the patterns whose best factor holds it, each literal with a
 //! `memmem` finder of its own. (An automaton over every literal of every pattern, searched for all
 //! its matches, cost more than the rest of the engine on INFO lines that hold a common word.)
