@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generate realistic NCCL_DEBUG=INFO / PyTorch distributed logs for the explain benchmark.
 
-Line shapes are copied from shared/data/h200-logs/*.txt (NCCL 2.22.3 and 2.28 INFO runs on H200) and
-from the NCCL/PyTorch formats in shared/docs/nccl-teardown-facts.md section 3; host, pid, tid, device,
+Line shapes are copied from the H200 runs' INFO logs (NCCL 2.22.3 and 2.28; docs/results/) and from
+NCCL's and PyTorch's message formats (the rules' cited sources); host, pid, tid, device,
 ranks, pointers and timestamps vary per rank. What one rank writes:
 
   * init of the world communicator and of a few split communicators (NCCL_DEBUG=INFO init chatter:
@@ -19,7 +19,7 @@ Two knobs make the sets that stress what the engine does per matched line and pe
 
   * --comm-init-every 7: one line in seven is a communicator lifecycle line carrying
     `comm 0x... rank N nRanks M` (Init START/COMPLETE, the `nRanks nNodes localRanks` line, Destroy
-    COMPLETE; shapes as in shared/data/h200-logs/), each for a new split communicator (a job that
+    COMPLETE; shapes as in the H200 runs' logs), each for a new split communicator (a job that
     creates sub-groups all the time: per-layer groups, pipeline stages, elastic restarts);
   * --info-mix: the runtime part is not COLL lines but what a large job's NCCL_DEBUG=INFO init prints
     over and over (issue 24): ring channel lines `via P2P/CUMEM/read`, NET channel lines
