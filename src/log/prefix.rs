@@ -178,7 +178,13 @@ fn bracket<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
         let spaced = format!("{stamp} ");
         if tags_ok && iso_ts(&spaced, &mut probe).is_some() {
             p.ts = probe.ts;
-            return Some(&after[1..]);
+            let rest = &after[1..];
+            // torch's own handler: the level is read, the logger's name stays in the message (as
+            // the site of torch's glog-style head does), which the rules of its banner read.
+            if let Some(l) = torch_logging_level(rest) {
+                p.level = Some(l);
+            }
+            return Some(rest);
         }
     }
     if let Some(rest) = ray_core_head(inner, after, p) {
@@ -281,9 +287,10 @@ fn ray<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     // Nothing goes into `p` before the whole prefix is known to be one: a line that only looks
     // like it keeps no rank or host.
     let mut rank = None;
-    // vLLM's multiprocess workers: `(VllmWorker rank=1 pid=2345) `.
+    // vLLM's multiprocess workers: `(VllmWorker rank=1 pid=2345) `; SkyPilot's Ray tasks, named
+    // `<node>, rank=<n>,` (`(worker1, rank=1, pid=16369, ip=10.164.0.58) `).
     if let Some(i) = head.find(" rank=") {
-        let n = head[i + 6..].trim_end();
+        let n = head[i + 6..].trim_end().trim_end_matches(',');
         if n.is_empty() || digits(n) != n.len() {
             return None;
         }
@@ -406,6 +413,19 @@ fn logging_fields<'a>(s: &'a str, p: &mut Prefixed<'a>) -> Option<&'a str> {
     };
     p.level = Some(lvl);
     Some(msg)
+}
+
+/// The level in the fields after the stamp of torch's own log handler, `[%(asctime)s] %(name)s:
+/// [%(levelname)s] %(message)s` (`DEFAULT_FORMATTER` of torch/_logging/_internal.py, torch 2.1;
+/// torchrun prints `[2024-01-15 23:37:46,764] torch.distributed.run: [WARNING] ...` with it).
+fn torch_logging_level(s: &str) -> Option<Level> {
+    let (name, t) = s.split_once(": [")?;
+    let name_ok = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_');
+    if name.is_empty() || name.len() > 128 || !name.bytes().all(name_ok) {
+        return None;
+    }
+    let (word, _) = t.split_once(']')?;
+    python_level(word)
 }
 
 /// Python logging's `%(levelname)s` as a level.
@@ -686,6 +706,11 @@ mod tests {
         let p = strip_prefixes("(VllmWorker rank=1 pid=2345) ERROR 05-12 10:11:12 [x.py:1] boom");
         assert_eq!((p.rank, p.pid), (Some(1), Some(2345)));
         // Not a prefix after all (a bad pid): the line keeps no rank.
+        let p = strip_prefixes("(worker1, rank=1, pid=16369, ip=10.164.0.58) * PyTorch version: 2.1.2+cu121");
+        assert_eq!(
+            (p.rank, p.pid, p.host, p.rest),
+            (Some(1), Some(16369), Some("10.164.0.58"), "* PyTorch version: 2.1.2+cu121")
+        );
         let p = strip_prefixes("(VllmWorker rank=1 pid=x) boom");
         assert_eq!((p.rank, p.rest), (None, "(VllmWorker rank=1 pid=x) boom"));
         assert_eq!(rest("[not a date at all here] x"), "[not a date at all here] x");
@@ -767,6 +792,26 @@ mod tests {
         let nccl = super::super::parse("[2024-05-15 07:06:42] h:1:2 [0] a.cc:1 NCCL WARN y", None).ts.unwrap();
         assert!((p.ts.unwrap() - nccl - 0.5).abs() < 1e-6);
         assert!(strip_prefixes("2024-05-15 07:06:42,123 - root - WARNING - x").ts.is_some());
+        // torch's own handler (torch/_logging), as torchrun 2.1 prints it, also behind Ray's prefix.
+        for l in [
+            "[2024-01-15 23:37:46,764] torch.distributed.run: [WARNING] master_addr is only used for static rdzv_backend",
+            "(head, rank=0, pid=17266) [2024-01-15 23:37:46,769] torch.distributed.run: [WARNING] master_addr is only used",
+        ] {
+            let p = strip_prefixes(l);
+            assert_eq!(p.level, Some(Level::Warn), "{l}");
+            assert!(p.rest.starts_with("torch.distributed.run: [WARNING] master_addr is only used"), "{}", p.rest);
+        }
+        let p = strip_prefixes(
+            "[2024-01-15 23:37:46,764] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1)",
+        );
+        assert_eq!(p.level, Some(Level::Error));
+        assert_eq!(
+            strip_prefixes("[2024-07-15 22:49:55,968] torch.distributed.run: [WARNING] ").level,
+            Some(Level::Warn)
+        );
+        // Not a logger name before the colon: the text stays as it is.
+        let p = strip_prefixes("[2024-01-15 23:37:46,764] some text: [WARNING] x");
+        assert_eq!((p.level, p.rest), (None, "some text: [WARNING] x"));
         let p = strip_prefixes("May  1 12:00:00 node7 python[4242]: NCCL WARN x");
         assert_eq!((p.host, p.pid, p.rest), (Some("node7"), Some(4242), "NCCL WARN x"));
         assert_eq!(rest("2024-05-15T07:06:42Z"), "2024-05-15T07:06:42Z");
