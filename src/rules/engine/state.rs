@@ -40,11 +40,11 @@ pub(crate) struct Hit {
     pub(crate) known: Option<u32>,
 }
 
-/// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
-/// A map asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
+/// Maps and sets asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+/// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
 pub(crate) type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
 
 #[derive(Default)]
@@ -306,7 +306,7 @@ impl State {
             push_capped(&mut self.exhausted, r, shift(h));
         }
         for (r, h) in o.resolved {
-            self.resolved.push((r, shift(h)));
+            push_capped(&mut self.resolved, r, shift(h));
         }
         self.outcome_counts.0 += o.outcome_counts.0;
         self.outcome_counts.1 += o.outcome_counts.1;
