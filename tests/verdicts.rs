@@ -317,15 +317,22 @@ fn fixture_log(dir: &Path, fixture: &str) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// explain's JSON on a known-sites fixture's log, held to a benign verdict (exit 0) whose primary
+/// is the catalogue class `rule`.
+fn benign_by_catalogue(fixture: &str, rule: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let log = fixture_log(dir.path(), &format!("rules/fixtures/known-sites/{fixture}"));
+    let (v, code) = explain(&[&log]);
+    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
+    assert_eq!(v["primary"]["rule"], rule, "{v}");
+    v
+}
+
 #[test]
 fn a_torchtitan_warning_the_catalogue_holds_is_benign_not_unknown() {
     // torchtitan#4628: `[titan]` heads with per-module logger names; the one WARNING is
     // torchtitan/distributed/utils.py's job-config override notice (torchtitan 0.1.0-0.3.0).
-    let dir = tempfile::tempdir().unwrap();
-    let log = fixture_log(dir.path(), "rules/fixtures/known-sites/torchtitan-4628-env-overridden-notice.log");
-    let (v, code) = explain(&[&log]);
-    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
-    assert_eq!(v["primary"]["rule"], "known-config-notice", "{v}");
+    let v = benign_by_catalogue("torchtitan-4628-env-overridden-notice.log", "known-config-notice");
     let title = v["primary"]["title"].as_str().unwrap();
     assert!(title.contains("torchtitan configuration notice"), "{title}");
     let first = v["primary"]["evidence"][0]["text"].as_str().unwrap();
@@ -337,11 +344,7 @@ fn a_torchtitan_warning_the_catalogue_holds_is_benign_not_unknown() {
 fn a_vllm_warning_the_catalogue_holds_is_benign_not_unknown() {
     // vllm#13719: the multiprocessing executor's torch-thread notice under vLLM's logger head
     // (vLLM 0.5.5-0.27.1, rules/catalog/vllm.tsv) is a known performance hint.
-    let dir = tempfile::tempdir().unwrap();
-    let log = fixture_log(dir.path(), "rules/fixtures/known-sites/vllm-13719-torch-parallelism-notice.log");
-    let (v, code) = explain(&[&log]);
-    assert_eq!((v["verdict"].as_str().unwrap(), code), ("benign", 0), "{v}");
-    assert_eq!(v["primary"]["rule"], "known-performance-hint", "{v}");
+    let v = benign_by_catalogue("vllm-13719-torch-parallelism-notice.log", "known-performance-hint");
     assert!(v["primary"]["title"].as_str().unwrap().contains("vLLM performance hint"), "{v}");
     assert!(v["primary"]["context"].as_str().unwrap().contains("multiproc_worker_utils.py"), "{v}");
 }

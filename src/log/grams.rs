@@ -31,8 +31,8 @@ pub(super) struct Gate {
 }
 
 #[inline(always)]
-fn window(hay: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes([hay[i], hay[i + 1], hay[i + 2], hay[i + 3]]) | FOLD
+fn window(w: &[u8]) -> u32 {
+    u32::from_le_bytes([w[0], w[1], w[2], w[3]]) | FOLD
 }
 
 #[inline(always)]
@@ -50,7 +50,7 @@ impl Gate {
         let mut chosen: Vec<(u32, u32, u32)> = Vec::with_capacity(keys.len());
         for (k, key) in keys.iter().enumerate() {
             let o = (0..=key.len() - 4).min_by_key(|&o| common(&key[o..o + 4]))?;
-            chosen.push((window(key, o), k as u32, o as u32));
+            chosen.push((window(&key[o..o + 4]), k as u32, o as u32));
         }
         chosen.sort_unstable();
         let mut bits = Box::new([0u64; WORDS]);
@@ -72,7 +72,7 @@ impl Gate {
     pub(super) fn keys_in(&self, hay: &[u8], found: &mut Vec<usize>) {
         let bits = &*self.bits;
         for (i, w) in hay.windows(4).enumerate() {
-            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) | FOLD;
+            let w = window(w);
             let s = slot(w);
             if bits[s / 64] >> (s % 64) & 1 != 0 {
                 self.at(hay, i, w, found);

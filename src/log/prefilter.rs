@@ -15,8 +15,8 @@
 //! One first stage reads every byte for the keys: the level literals and the best factor of each
 //! pattern (minus literals that contain another one, ASCII case ignored), of which almost every
 //! line holds none. On a large input that stage is the gate of `grams.rs` (a 4-byte window of each
-//! key, hashed into a bit table); on a small one an NFA, quicker to build. For each key found, only what that key stands for is checked: the level
-//! literal, or the other factors of the patterns whose best factor holds it, each literal with a
+//! key, hashed into a bit table); on a small one an NFA, quicker to build. For each key found,
+//! only what that key stands for is checked: the level literal, or the other factors of the patterns whose best factor holds it, each literal with a
 //! `memmem` finder of its own. (An automaton over every literal of every pattern, searched for all
 //! its matches, cost more than the rest of the engine on INFO lines that hold a common word.)
 //!
@@ -36,8 +36,9 @@ use super::prefix::strip_prefixes;
 use super::record::{positional_warn, ERROR_LIKE_LITERALS, WARN_LITERALS};
 
 pub struct Prefilter {
-    /// Some key of it is in every line that can matter (a DFA, ASCII case ignored: it reads every
-    /// byte of the input). `None`: it could not be built; every line matters.
+    /// Some key of it is in every line that can matter (ASCII case ignored): the first stage when
+    /// there is no `gate`, and what tells which key stands for which literal. `None`: it could not
+    /// be built; every line matters.
     first: Option<AhoCorasick>,
     /// On a large input, what finds the keys instead of `first` (see `grams.rs`), when it can.
     gate: Option<Gate>,

@@ -672,6 +672,7 @@ fn unix_to_year_secs(t: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn first_word_is_split_whitespaces_first() {
@@ -681,8 +682,6 @@ mod tests {
             assert_eq!(first_word(t), t.split_whitespace().next(), "{t:?}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn column_titles_and_headings_are_not_errors() {
