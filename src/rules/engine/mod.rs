@@ -38,17 +38,11 @@ use primary::primary;
 use ranks::Ranks;
 use state::{SourceState, State};
 
-/// Hits kept per group (the rest are counted).
-const SAMPLE: usize = 32;
-/// NCCL versions kept (the lowest), and WARN sites kept (only sites of `rules/fingerprints.toml`
-/// count, so the cap is a backstop that no real log reaches).
+/// NCCL versions kept (the lowest).
 const VERSIONS_CAP: usize = 16;
-const SITES_CAP: usize = 1024;
 /// Bytes of a line kept as evidence: a 1 MiB line is matched whole but not carried whole into
 /// every report (200 such unexplained lines were 200 MiB of memory and of Markdown).
 const HIT_TEXT_MAX: usize = 4096;
-/// (host, pid) -> rank entries kept from communicator lines.
-const RANK_MAP_CAP: usize = 1 << 16;
 /// Inputs read ahead of the oldest unmerged one, per thread: bounds the states held in memory.
 const READ_AHEAD: usize = 4;
 /// Bytes per chunk when one large file is read on every core (`chunked`).
@@ -58,15 +52,47 @@ const CHUNK: u64 = 1 << 19;
 const BIG_INPUT: u64 = 0;
 /// Input size from which the prefilter's automaton is a DFA (see `log::Prefilter::new`).
 const DFA_INPUT: u64 = 1 << 20;
-/// Unexplained lines kept (the rest are counted, and grouped by template when asked).
-const UNEXPLAINED_KEEP: usize = 200;
-/// Unrelated Python warnings kept as examples, and outcome marker lines kept per input.
-const UNRELATED_KEEP: usize = 20;
-const OUTCOME_KEEP: usize = 64;
 /// Success and failure markers shown in the outcome, each.
 const OUTCOME_SHOWN: usize = 5;
-const TEMPLATE_CAP: usize = 5000;
-const WHO_CAP: usize = 4096;
+
+/// What reading keeps at most, whatever the input's size: memory stays bounded, and past each cap
+/// lines are only counted. One value per engine; tests set caps of tens (`Engine::set_caps`) so
+/// that reaching them takes a few hundred lines, not tens of thousands.
+#[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
+pub struct Caps {
+    /// Hits kept per group (the rest are counted).
+    pub sample: usize,
+    /// Distinct (rank, host, pid, input) origins per group, for its ranks list.
+    pub who: usize,
+    /// Unexplained lines kept (the rest are counted, and grouped by template when asked).
+    pub unexplained: usize,
+    /// Unrelated Python warnings kept as examples.
+    pub unrelated: usize,
+    /// Outcome marker lines kept per input, and resolving or last-attempt lines per rule.
+    pub outcome: usize,
+    /// Templates of unexplained lines (`--templates`).
+    pub templates: usize,
+    /// (host, pid) -> rank entries kept from communicator lines.
+    pub rank_map: usize,
+    /// WARN sites kept (only sites of `rules/fingerprints.toml` count, so no real log reaches it).
+    pub sites: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Caps {
+        Caps {
+            sample: 32,
+            who: 4096,
+            unexplained: 200,
+            unrelated: 20,
+            outcome: 64,
+            templates: 5000,
+            rank_map: 1 << 16,
+            sites: 1024,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -130,6 +156,7 @@ pub struct Engine {
     /// Chunk size and thread count of the chunked reading (tests set them; `None`: every core).
     chunk_size: u64,
     chunk_threads: Option<usize>,
+    caps: Caps,
 }
 
 impl Engine {
@@ -216,6 +243,7 @@ impl Engine {
             large_input: std::sync::atomic::AtomicBool::new(false),
             chunk_size: CHUNK,
             chunk_threads: None,
+            caps: Caps::default(),
         })
     }
 
@@ -238,6 +266,17 @@ impl Engine {
     pub fn set_chunking(&mut self, bytes: u64, threads: usize) {
         self.chunk_size = bytes.max(1);
         self.chunk_threads = Some(threads);
+    }
+
+    /// Keep at most these (tests: small caps, reached by a few hundred lines).
+    #[doc(hidden)]
+    pub fn set_caps(&mut self, caps: Caps) {
+        self.caps = caps;
+    }
+
+    /// A fresh reading state under this engine's caps.
+    fn state(&self, templates: bool) -> State {
+        State { want_templates: templates, caps: self.caps, ..State::default() }
     }
 
     /// WARN/ATTN sites of the known NCCL releases (rules/catalog/, rules/fingerprints.toml),
@@ -265,7 +304,7 @@ impl Engine {
             self.large_input.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let st = if in_turn {
-            let mut st = State { want_templates: opts.templates, ..State::default() };
+            let mut st = self.state(opts.templates);
             let mut budget = opts.max_bytes;
             for (si, input) in inputs.iter().enumerate() {
                 match self.chunked_source(input, big, budget) {
@@ -292,7 +331,7 @@ impl Engine {
         }
         REFERENCE.with(|r| r.set(true));
         let _reset = Reset;
-        let mut st = State { want_templates: opts.templates, ..State::default() };
+        let mut st = self.state(opts.templates);
         let mut budget = opts.max_bytes;
         for (si, input) in inputs.iter().enumerate() {
             let mut reader = log::open(input, budget)?;
@@ -352,7 +391,7 @@ impl Engine {
             v
         });
         let unexplained: Vec<Unexplained> =
-            unexplained_hits.into_iter().take(UNEXPLAINED_KEEP).map(|h| st.unexplained_of(h)).collect();
+            unexplained_hits.into_iter().take(self.caps.unexplained).map(|h| st.unexplained_of(h)).collect();
         if total_unexplained > unexplained.len() as u64 {
             st.notes.push(format!(
                 "{} unexplained warning/error lines in all; the first {} are listed",
@@ -364,7 +403,7 @@ impl Engine {
         unrelated_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
         let unrelated = Unrelated {
             count: unrelated_hits.len() as u64 + st.unrelated_dropped,
-            examples: unrelated_hits.into_iter().take(UNRELATED_KEEP).map(|h| st.unexplained_of(h)).collect(),
+            examples: unrelated_hits.into_iter().take(self.caps.unrelated).map(|h| st.unexplained_of(h)).collect(),
         };
 
         let mut unread = opts.unread.clone();

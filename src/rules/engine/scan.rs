@@ -9,7 +9,7 @@ use regex::{Regex, RegexSet};
 
 use super::state::{Hit, SourceState, State};
 use super::versions::{add_version, offer_version, version_tail, LEVEL_SITE, TORCH_SITE};
-use super::{Engine, Internal, Slot, HIT_TEXT_MAX, RANK_MAP_CAP, READ_AHEAD, REFERENCE, SITES_CAP};
+use super::{Engine, Internal, Slot, HIT_TEXT_MAX, READ_AHEAD, REFERENCE};
 use crate::log::records::{Fed, Flags, Part, Role};
 use crate::log::{self, Input, Level};
 use crate::rules::catalog::Sites;
@@ -27,7 +27,7 @@ impl Engine {
             err: Option<anyhow::Error>,
         }
         let claim = AtomicUsize::new(0);
-        let merge = Mutex::new(Merge { next: 0, done: BTreeMap::new(), st: State::default(), err: None });
+        let merge = Mutex::new(Merge { next: 0, done: BTreeMap::new(), st: self.state(false), err: None });
         let cv = Condvar::new();
         let lock = || merge.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::scope(|s| {
@@ -46,7 +46,7 @@ impl Engine {
                             break;
                         }
                     }
-                    let mut st = State::default();
+                    let mut st = self.state(false);
                     let r = self.scan(&mut st, i, &inputs[i], &mut None, big).map(|()| st);
                     let mut m = lock();
                     m.done.insert(i, r);
@@ -337,7 +337,8 @@ impl Engine {
         let (warn, ts) = (level >= Level::Attn || error_like, rec.ts.or(l.ts));
         // A group whose sample is full keeps only the counts and origin of most hits (a return
         // trace repeated on every rank): no copy of their text then.
-        let whole = outcome.is_some() || cands.is_empty() || st.groups.get(&cands).is_none_or(|g| g.keeps(warn, ts));
+        let whole =
+            outcome.is_some() || cands.is_empty() || st.groups.get(&cands).is_none_or(|g| g.keeps(&st.caps, warn, ts));
         let hit = Hit {
             source: src.idx,
             line: l.line,
@@ -368,7 +369,7 @@ impl Engine {
             if hit.warn && outcome != Some(Outcome::Succeeded) {
                 // A message the catalogue knows: the finding of its class, not an unknown line.
                 if let Some((id, r)) = self.known_site(line, level) {
-                    st.groups.entry(vec![r]).or_default().add(Hit { known: Some(id), ..hit });
+                    st.groups.entry(vec![r]).or_default().add(&st.caps, Hit { known: Some(id), ..hit });
                     return;
                 }
                 if log::is_unrelated_warning(line) || log::strip_prefixes(l.raw).unrelated_warning() {
@@ -379,8 +380,7 @@ impl Engine {
             }
             return;
         }
-        let g = st.groups.entry(cands).or_default();
-        g.add(hit);
+        st.groups.entry(cands).or_default().add(&st.caps, hit);
     }
 
     /// What the matched patterns of one line are: candidate rules (in match order), the outcome
@@ -430,7 +430,7 @@ impl Engine {
                             if nranks > e.1 {
                                 *e = (rank, nranks);
                             }
-                        } else if st.rank_map.len() < RANK_MAP_CAP {
+                        } else if st.rank_map.len() < st.caps.rank_map {
                             st.rank_map.insert(key.clone(), (rank, nranks));
                             st.rank_map_seq.push(key);
                         }
@@ -464,7 +464,7 @@ impl Engine {
             _ => None,
         };
         for key in known.into_iter().chain(leveled.as_ref().map(|(id, k)| (k.clone(), *id))) {
-            if st.sites.len() < SITES_CAP && st.sites.insert(key.clone()) {
+            if st.sites.len() < st.caps.sites && st.sites.insert(key.clone()) {
                 st.sites_seq.push(key);
             }
         }
@@ -508,6 +508,32 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// The rules whose patterns match `line` as it is (no prefix stripped), found the way a
+    /// line of a log is: the prefilter's candidates, each run alone (the catalogue check links
+    /// its rendered messages to rules through this).
+    #[doc(hidden)]
+    pub fn rules_matching(&self, line: &str) -> Vec<usize> {
+        let mut reach = Vec::new();
+        let pats = if line.is_ascii() {
+            match self.prefilter().reach(line, &mut reach) {
+                log::Reach::Nothing => Vec::new(),
+                log::Reach::Some | log::Reach::Warns => self.matches_among(line, &reach),
+                log::Reach::Any => self.matches(line),
+            }
+        } else {
+            self.matches(line)
+        };
+        let mut rules: Vec<usize> = pats
+            .into_iter()
+            .filter_map(|p| match self.slots[p] {
+                Slot::Rule(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        rules.dedup();
+        rules
     }
 
     /// Pattern `c` alone, as in the byte set (`None`: it does not compile that way), compiled on

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use regex::Regex;
 
 use super::versions::{add_version, offer_version};
-use super::{OUTCOME_KEEP, RANK_MAP_CAP, SAMPLE, SITES_CAP, TEMPLATE_CAP, UNEXPLAINED_KEEP, UNRELATED_KEEP, WHO_CAP};
+use super::Caps;
 use crate::log;
 use crate::log::records::Assembler;
 use crate::model::{Evidence, InputSummary, Unexplained};
@@ -64,7 +64,7 @@ pub(crate) struct Group {
     pub(crate) earliest_ts: Option<Hit>,
     /// Distinct (rank, host, pid, source) that produced hits, for the ranks list.
     pub(crate) who: FastSet<Who>,
-    /// The same, in the order first seen (what `merge` needs to respect `WHO_CAP` as `add` does).
+    /// The same, in the order first seen (what `merge` needs to respect the cap as `add` does).
     pub(crate) who_seq: Vec<Who>,
     /// Like `earliest_ts` but over hits with a number for a time (`merge` needs it: a NaN time,
     /// once earliest, is never replaced).
@@ -72,30 +72,30 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    pub(crate) fn add(&mut self, h: Hit) {
+    pub(crate) fn add(&mut self, c: &Caps, h: Hit) {
         self.count += 1;
         self.causes += u64::from(!h.symptom && !h.ignored);
         self.ignored += u64::from(h.ignored);
         self.warns += u64::from(h.warn);
         self.loud += u64::from(!h.chatter);
-        if self.who.len() < WHO_CAP {
+        if self.who.len() < c.who {
             let w = (h.rank, h.host.clone(), h.pid, h.source, h.launcher);
             if !self.who.contains(&w) {
                 self.who.insert(w.clone());
                 self.who_seq.push(w);
             }
         }
-        if self.sample.len() >= SAMPLE {
-            self.after_sample(&h);
+        if self.sample.len() >= c.sample {
+            self.after_sample(c, &h);
         }
-        if self.sample.len() < SAMPLE {
+        if self.sample.len() < c.sample {
             self.sample.push(h);
         }
     }
 
     /// A hit that came once the sample was full.
-    pub(crate) fn after_sample(&mut self, h: &Hit) {
-        if self.warn_kept(h.warn) {
+    pub(crate) fn after_sample(&mut self, c: &Caps, h: &Hit) {
+        if self.warn_kept(c, h.warn) {
             self.warn_sample.push(h.clone());
         }
         if self.earliest_kept(h.ts) {
@@ -108,12 +108,12 @@ impl Group {
 
     /// Whether `add` keeps more of a hit with this level and time than its counts and origin (in
     /// the sample or as an earliest one): if not, the caller need not copy its text.
-    pub(crate) fn keeps(&self, warn: bool, ts: Option<f64>) -> bool {
-        self.sample.len() < SAMPLE || self.warn_kept(warn) || self.earliest_kept(ts) || self.earliest_num_kept(ts)
+    pub(crate) fn keeps(&self, c: &Caps, warn: bool, ts: Option<f64>) -> bool {
+        self.sample.len() < c.sample || self.warn_kept(c, warn) || self.earliest_kept(ts) || self.earliest_num_kept(ts)
     }
 
-    fn warn_kept(&self, warn: bool) -> bool {
-        warn && self.warn_sample.len() < SAMPLE
+    fn warn_kept(&self, c: &Caps, warn: bool) -> bool {
+        warn && self.warn_sample.len() < c.sample
     }
 
     fn earliest_kept(&self, ts: Option<f64>) -> bool {
@@ -126,27 +126,27 @@ impl Group {
 
     /// Append `o`, the group of a later input (hit orders already shifted): the same group as
     /// `add` would have made from this group's hits followed by `o`'s.
-    pub(crate) fn merge(&mut self, o: Group) {
+    pub(crate) fn merge(&mut self, c: &Caps, o: Group) {
         self.count += o.count;
         self.causes += o.causes;
         self.ignored += o.ignored;
         self.warns += o.warns;
         self.loud += o.loud;
         for w in o.who_seq {
-            if self.who.len() < WHO_CAP && self.who.insert(w.clone()) {
+            if self.who.len() < c.who && self.who.insert(w.clone()) {
                 self.who_seq.push(w);
             }
         }
         for h in o.sample {
-            if self.sample.len() < SAMPLE {
+            if self.sample.len() < c.sample {
                 self.sample.push(h);
             } else {
-                self.after_sample(&h);
+                self.after_sample(c, &h);
             }
         }
         // `o`'s warnings past its own sample came after every hit of its sample.
         for h in o.warn_sample {
-            if self.warn_sample.len() < SAMPLE {
+            if self.warn_sample.len() < c.sample {
                 self.warn_sample.push(h);
             }
         }
@@ -216,7 +216,7 @@ pub(crate) struct State {
     pub(crate) inputs: Vec<InputSummary>,
     pub(crate) notes: Vec<String>,
     pub(crate) want_templates: bool,
-    /// Outcome marker lines (at most `OUTCOME_KEEP` per input).
+    /// Outcome marker lines (at most `caps.outcome` per input).
     pub(crate) outcomes: Vec<(Outcome, Hit)>,
     /// Outcome markers seen in all: (succeeded, failed).
     pub(crate) outcome_counts: (u64, u64),
@@ -230,6 +230,7 @@ pub(crate) struct State {
     pub(crate) exhausted: Vec<(usize, Hit)>,
     /// Inputs cut short (the --max-bytes limit).
     pub(crate) unread: Vec<String>,
+    pub(crate) caps: Caps,
 }
 
 impl State {
@@ -289,10 +290,10 @@ impl State {
                 earliest_num: g.earliest_num.map(shift),
                 ..g
             };
-            self.groups.entry(cands).or_default().merge(g);
+            self.groups.entry(cands).or_default().merge(&self.caps, g);
         }
         for h in o.unexplained {
-            if self.unexplained.len() < UNEXPLAINED_KEEP {
+            if self.unexplained.len() < self.caps.unexplained {
                 self.unexplained.push(shift(h));
             } else {
                 self.unexplained_dropped += 1;
@@ -303,10 +304,10 @@ impl State {
             self.outcomes.push((k, shift(h)));
         }
         for (r, h) in o.exhausted {
-            push_capped(&mut self.exhausted, r, shift(h));
+            push_capped(&mut self.exhausted, self.caps.outcome, r, shift(h));
         }
         for (r, h) in o.resolved {
-            push_capped(&mut self.resolved, r, shift(h));
+            push_capped(&mut self.resolved, self.caps.outcome, r, shift(h));
         }
         self.outcome_counts.0 += o.outcome_counts.0;
         self.outcome_counts.1 += o.outcome_counts.1;
@@ -315,7 +316,7 @@ impl State {
         }
         for h in o.unrelated {
             let h = shift(h);
-            if self.unrelated.len() < UNRELATED_KEEP {
+            if self.unrelated.len() < self.caps.unrelated {
                 self.unrelated.push(h);
             } else {
                 self.unrelated_dropped += 1;
@@ -335,13 +336,13 @@ impl State {
                 if v.1 > e.1 {
                     *e = v;
                 }
-            } else if self.rank_map.len() < RANK_MAP_CAP {
+            } else if self.rank_map.len() < self.caps.rank_map {
                 self.rank_map.insert(k.clone(), v);
                 self.rank_map_seq.push(k);
             }
         }
         for s in o.sites_seq {
-            if self.sites.len() < SITES_CAP && self.sites.insert(s.clone()) {
+            if self.sites.len() < self.caps.sites && self.sites.insert(s.clone()) {
                 self.sites_seq.push(s);
             }
         }
@@ -377,11 +378,11 @@ impl State {
     }
 
     pub(crate) fn add_exhausted(&mut self, rule: usize, h: Hit) {
-        push_capped(&mut self.exhausted, rule, h);
+        push_capped(&mut self.exhausted, self.caps.outcome, rule, h);
     }
 
     pub(crate) fn add_resolved(&mut self, rule: usize, h: Hit) {
-        push_capped(&mut self.resolved, rule, h);
+        push_capped(&mut self.resolved, self.caps.outcome, rule, h);
     }
 
     pub(crate) fn add_outcome(&mut self, o: Outcome, h: &Hit) {
@@ -392,13 +393,13 @@ impl State {
             }
             Outcome::Failed => self.outcome_counts.1 += 1,
         }
-        if self.outcomes.iter().filter(|(_, x)| x.source == h.source).count() < OUTCOME_KEEP {
+        if self.outcomes.iter().filter(|(_, x)| x.source == h.source).count() < self.caps.outcome {
             self.outcomes.push((o, h.clone()));
         }
     }
 
     pub(crate) fn add_unrelated(&mut self, h: Hit) {
-        if self.unrelated.len() < UNRELATED_KEEP {
+        if self.unrelated.len() < self.caps.unrelated {
             self.unrelated.push(h);
         } else {
             self.unrelated_dropped += 1;
@@ -409,7 +410,7 @@ impl State {
         if self.want_templates {
             self.add_template(&h);
         }
-        if self.unexplained.len() < UNEXPLAINED_KEEP {
+        if self.unexplained.len() < self.caps.unexplained {
             self.unexplained.push(h);
         } else {
             self.unexplained_dropped += 1;
@@ -420,7 +421,7 @@ impl State {
         let t = template_of(&h.text);
         if let Some(e) = self.templates.get_mut(&t) {
             e.0 += 1;
-        } else if self.templates.len() < TEMPLATE_CAP {
+        } else if self.templates.len() < self.caps.templates {
             self.templates.insert(t, (1, h.clone()));
         }
     }
@@ -451,9 +452,9 @@ pub(crate) fn template_of(line: &str) -> String {
     s
 }
 
-/// Keeps the first `OUTCOME_KEEP` lines of each rule in a (rule, line) list.
-fn push_capped(v: &mut Vec<(usize, Hit)>, rule: usize, h: Hit) {
-    if v.iter().filter(|(r, _)| *r == rule).count() < OUTCOME_KEEP {
+/// Keeps the first `cap` lines of each rule in a (rule, line) list.
+fn push_capped(v: &mut Vec<(usize, Hit)>, cap: usize, rule: usize, h: Hit) {
+    if v.iter().filter(|(r, _)| *r == rule).count() < cap {
         v.push((rule, h));
     }
 }

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 use serde::Deserialize;
 use serde_json::Value;
 

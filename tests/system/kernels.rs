@@ -8,8 +8,7 @@ use std::io::Write as _;
 
 const ENTRIES: [&str; 4] = ["ep_notify", "ep_dispatch", "ep_combine", "ep_barrier"];
 
-mod common;
-use common::epdoctor;
+use crate::common::epdoctor;
 
 /// True when NVRTC can be loaded; otherwise skip (or fail when CI requires NVRTC).
 fn nvrtc_or_skip(test: &str) -> bool {

@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use predicates::prelude::*;
 use serde_json::Value;
 
-mod common;
+use crate::common;
+use crate::common::cmd::contains;
 
 /// The binary, reading no Python of this machine (each test says which torch it means).
-fn epdoctor() -> assert_cmd::Command {
+fn epdoctor() -> common::cmd::Command {
     let mut c = common::epdoctor();
     c.env("EPDOCTOR_PYTHON", "none");
     c
@@ -41,8 +41,8 @@ fn a_script_that_never_destroys_exits_1_and_says_so() {
         .arg(fixture("never-destroyed.py"))
         .assert()
         .code(1)
-        .stdout(predicate::str::contains("never-destroyed.py:10:5: warning [destroy-missing]"))
-        .stdout(predicate::str::contains("destroy_process_group"));
+        .stdout(contains("never-destroyed.py:10:5: warning [destroy-missing]"))
+        .stdout(contains("destroy_process_group"));
 }
 
 #[test]
@@ -53,8 +53,8 @@ fn try_finally_destroy_after_a_barrier_exits_0() {
         .arg(fixture("try-finally-after-barrier.py"))
         .assert()
         .code(0)
-        .stdout(predicate::str::contains("1 finding(s): 0 error, 0 warning, 1 info"))
-        .stdout(predicate::str::contains("[destroy-in-except]"));
+        .stdout(contains("1 finding(s): 0 error, 0 warning, 1 info"))
+        .stdout(contains("[destroy-in-except]"));
 }
 
 #[test]
@@ -194,9 +194,9 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_position() {
         .arg(dir.path())
         .assert()
         .code(2)
-        .stdout(predicate::str::contains("broken.py:3:7: error: does not parse"))
+        .stdout(contains("broken.py:3:7: error: does not parse"))
         // The other file is still linted.
-        .stdout(predicate::str::contains("ok.py:10:5: warning [destroy-missing]"));
+        .stdout(contains("ok.py:10:5: warning [destroy-missing]"));
     let (v, code) = json(&["-f", "sarif", dir.path().to_str().unwrap()]);
     assert_eq!(code, 2);
     assert_sarif(&v);
@@ -205,11 +205,11 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_position() {
 
 #[test]
 fn usage_errors_exit_2() {
-    epdoctor().args(["lint", "/no/such/file.py"]).assert().code(2).stderr(predicate::str::contains("/no/such/file.py"));
+    epdoctor().args(["lint", "/no/such/file.py"]).assert().code(2).stderr(contains("/no/such/file.py"));
     epdoctor().arg("lint").assert().code(2);
     epdoctor().args(["lint", "--torch", "banana"]).arg(fixture("never-destroyed.py")).assert().code(2);
     let empty = tempfile::tempdir().unwrap();
-    epdoctor().arg("lint").arg(empty.path()).assert().code(2).stderr(predicate::str::contains("no Python files"));
+    epdoctor().arg("lint").arg(empty.path()).assert().code(2).stderr(contains("no Python files"));
 }
 
 #[test]
@@ -238,7 +238,7 @@ fn deep_nesting_and_binary_input_are_errors_or_results_never_crashes() {
         .arg(&bin)
         .assert()
         .code(2)
-        .stdout(predicate::str::contains("bin.py:1:1: error: does not parse (not UTF-8 text (byte 0 is invalid))"));
+        .stdout(contains("bin.py:1:1: error: does not parse (not UTF-8 text (byte 0 is invalid))"));
 }
 
 fn rules(v: &Value) -> Vec<(String, String)> {

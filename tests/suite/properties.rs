@@ -1,16 +1,41 @@
 //! Properties of the parser and the rule engine (issue 8), on the library entry point the fuzzer
 //! uses (`explain::analyze_bytes`), with the built-in rules:
-//! - any bytes, in any number of rank files and with any options, give a result and no panic;
+//! - any bytes, in any number of rank files and with any options, give a result (or the error the
+//!   CLI gives for the same files) and no panic;
 //! - the same input gives the same JSON (and the same text and Markdown);
-//! - the order of the rank files does not change the verdict (nor which rules fire).
+//! - the order of the rank files does not change the verdict (nor which rules fire);
+//! - nor the rank a file's name gives it.
+//!
+//! The same cases on every run: a fixed seed and 32 cases per property, unless PROPTEST_RNG_SEED
+//! and PROPTEST_CASES say otherwise (a long run with new cases: docs/testing.md). A case that
+//! fails is kept in properties.proptest-regressions and becomes a named test below.
 
 use std::sync::OnceLock;
 
 use epdoctor::commands::explain::analyze_bytes;
+use epdoctor::log::names::ranks_from_names;
 use epdoctor::model::version::Version;
 use epdoctor::model::Analysis;
 use epdoctor::rules::{schema, Engine, Options};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+use crate::common;
+
+/// The seed of every run that names none (any fixed number would do).
+const SEED: u64 = 0x5eed_0e9d_0c70_0042;
+const CASES: u32 = 32;
+
+fn config() -> ProptestConfig {
+    // `default()` reads PROPTEST_CASES and PROPTEST_RNG_SEED; without them, fixed values.
+    let d = ProptestConfig::default();
+    let set = |v: &str| std::env::var_os(v).is_some();
+    ProptestConfig {
+        cases: if set("PROPTEST_CASES") { d.cases } else { CASES },
+        rng_seed: if set("PROPTEST_RNG_SEED") { d.rng_seed } else { RngSeed::Fixed(SEED) },
+        ..d
+    }
+}
 
 fn engine() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
@@ -102,10 +127,30 @@ fn options() -> impl Strategy<Value = Options> {
     })
 }
 
-fn run(files: &[Vec<u8>], opts: &Options) -> (Analysis, [String; 3]) {
+/// Whether bytes begin as a pickle does (protocol 2 and later): what explain takes for a Flight
+/// Recorder dump, and skips with a note when it is not one.
+fn pickle_headed(b: &[u8]) -> bool {
+    b.first() == Some(&0x80)
+}
+
+/// The analysis of `files` as rank0.log, rank1.log, ...; `None` where every file is a pickle but
+/// no Flight Recorder dump: then there is nothing to read, the error the CLI gives for the same
+/// files (`pickles_that_are_no_dump_are_nothing_to_read_for_the_library_and_the_cli`).
+fn try_run(files: &[Vec<u8>], opts: &Options) -> Option<(Analysis, [String; 3])> {
     let names: Vec<String> = (0..files.len()).map(|i| format!("rank{i}.log")).collect();
     let named: Vec<(&str, &[u8])> = names.iter().map(String::as_str).zip(files.iter().map(Vec::as_slice)).collect();
-    analyze_bytes(engine(), &named, opts).expect("in-memory input always opens")
+    match analyze_bytes(engine(), &named, opts) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let e = format!("{e:#}");
+            assert!(e.starts_with("nothing to read: ") && files.iter().all(|f| pickle_headed(f)), "{e}");
+            None
+        }
+    }
+}
+
+fn run(files: &[Vec<u8>], opts: &Options) -> (Analysis, [String; 3]) {
+    try_run(files, opts).expect("text input always opens")
 }
 
 /// `files` under the names `names` (the same name travels with its content).
@@ -115,7 +160,7 @@ fn run_named(names: &[String], files: &[Vec<u8>], opts: &Options) -> Analysis {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     /// Issue 11: for any permutation of the input files (each keeping its name) the verdict, the
     /// primary and every finding (rule, ranks, count, evidence) are identical.
@@ -143,10 +188,12 @@ proptest! {
         files in prop::collection::vec(hostile_file(), 1..4),
         opts in options(),
     ) {
-        let (a, [_text, _md, json]) = run(&files, &opts);
+        let Some((a, [_text, _md, json])) = try_run(&files, &opts) else { return Ok(()) };
         let v: serde_json::Value = serde_json::from_str(&json).expect("the JSON parses");
         prop_assert_eq!(v["verdict"].as_str(), Some(a.verdict.as_str()));
-        prop_assert_eq!(a.inputs.len(), files.len());
+        // Every file is read, but for pickles that are no dump (skipped, with a note).
+        let skipped = files.iter().filter(|f| pickle_headed(f)).count();
+        prop_assert!(a.inputs.len() <= files.len() && a.inputs.len() + skipped >= files.len(), "{:?}", a.notes);
     }
 
     #[test]
@@ -154,7 +201,7 @@ proptest! {
         files in prop::collection::vec(hostile_file(), 1..4),
         opts in options(),
     ) {
-        let (_, first) = run(&files, &opts);
+        let Some((_, first)) = try_run(&files, &opts) else { return Ok(()) };
         let (_, second) = run(&files, &opts);
         prop_assert_eq!(&first[2], &second[2], "JSON differs between two runs");
         prop_assert_eq!(&first[0], &second[0], "text differs between two runs");
@@ -179,4 +226,76 @@ proptest! {
         prop_assert_eq!(a.nccl_version, b.nccl_version);
         prop_assert_eq!(a.torch_version, b.torch_version);
     }
+
+    /// A rank read from a file's name does not depend on the other names' order.
+    #[test]
+    fn any_order_gives_the_same_answer_per_name(
+        picks in prop::collection::vec(0usize..POOL.len(), 1..24),
+        seed in any::<u64>(),
+    ) {
+        let names: Vec<&str> = picks.iter().map(|&i| POOL[i]).collect();
+        let want = ranks_from_names(&names);
+        // A Fisher-Yates shuffle driven by `seed`.
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        let mut x = seed | 1;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let shuffled: Vec<&str> = order.iter().map(|&i| names[i]).collect();
+        let got = ranks_from_names(&shuffled);
+        for (j, &i) in order.iter().enumerate() {
+            prop_assert_eq!(&got[j], &want[i], "{}", names[i]);
+        }
+    }
+}
+
+/// Names from which `ranks_from_names` takes ranks in each way it knows, and some it must not.
+const POOL: &[&str] = &[
+    "out/job-77-0.out",
+    "out/job-77-1.out",
+    "out/job-77-2.out",
+    "out/job-77-9.out",
+    "out/job-78-0.out",
+    "out/slurm-77.out",
+    "out/slurm-78.out",
+    "rank3.log",
+    "l/attempt_0/1/stderr.log",
+    "nccl.h1.31337.log",
+    "nccl.h1.31338.log",
+    "a.tgz!w-0.log",
+    "a.tgz!w-1.log",
+    "log-2024-05-01.txt",
+    "log-2024-05-02.txt",
+    "gpu0.log",
+];
+
+/// Found by `any_bytes_give_a_result_and_no_panic` (a57e52d): random bytes that begin with a pickle
+/// header (0x80 0x02) are no Flight Recorder dump. The library and the CLI both skip such a file
+/// with a note, and with nothing else to read both fail with the same error (exit 2 for the CLI),
+/// neither a panic nor an empty `clean`.
+#[test]
+fn pickles_that_are_no_dump_are_nothing_to_read_for_the_library_and_the_cli() {
+    let bytes: &[u8] = b"\x80\x02\x8f\x01garbage that is no pickle of a dump\xff\x00";
+    let lib = analyze_bytes(engine(), &[("rank0.log", bytes)], &Options::default()).map(|_| ()).unwrap_err();
+    let lib = format!("{lib:#}");
+    assert_eq!(lib, "nothing to read: skipped: rank0.log (a Python pickle, not a Flight Recorder dump)");
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("rank0.log");
+    std::fs::write(&file, bytes).unwrap();
+    let out = common::std_epdoctor().arg("explain").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let cli = String::from_utf8_lossy(&out.stderr);
+    assert!(cli.contains(&lib.replace("rank0.log", &file.display().to_string())), "{cli}");
+    // Beside a log, the pickle is a note and the log is read.
+    let log = b"vm:1:2 [0] NCCL INFO NCCL version 2.22.3+cuda12.5\n".to_vec();
+    let (a, _) = run(&[bytes.to_vec(), log], &Options::default());
+    assert_eq!(a.inputs.len(), 1);
+    assert!(
+        a.notes.iter().any(|n| n.contains("rank0.log (a Python pickle, not a Flight Recorder dump)")),
+        "{:?}",
+        a.notes
+    );
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
+use crate::common::cmd::contains;
 use epdoctor::env::{libs, vars};
 use epdoctor::sys::procs;
 
@@ -19,8 +20,8 @@ fn fixture_text(name: &str) -> String {
 
 /// A clean environment: no inherited NCCL_* or EPDOCTOR_* variables, a temp HOME, and a PATH whose
 /// first folder may hold a fake python3.
-fn epdoctor(home: &Path, bin: &Path) -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::new(common::bin());
+fn epdoctor(home: &Path, bin: &Path) -> common::cmd::Command {
+    let mut c = common::cmd::Command::new(common::bin());
     c.env_clear()
         .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", bin.display()))
         .env("HOME", home)
@@ -348,7 +349,7 @@ fn env_bad_timeout_is_a_usage_error() {
         .args(["env", "--python-timeout", "0"])
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("--python-timeout"));
+        .stderr(contains("--python-timeout"));
 }
 
 #[test]
@@ -510,7 +511,6 @@ fn clean_yes_deletes_only_unheld_nccl_files() {
 
 #[test]
 fn clean_bad_dir_is_an_error_naming_it() {
-    use predicates::prelude::PredicateBooleanExt;
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no-such-dir");
     epdoctor(d.path(), d.path())
@@ -518,7 +518,7 @@ fn clean_bad_dir_is_an_error_naming_it() {
         .arg(&missing)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("no-such-dir").and(predicates::str::contains("does not exist")));
+        .stderr(contains("no-such-dir").and(contains("does not exist")));
     // A file where a folder should be is a different mistake, said as such.
     let file = d.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
@@ -527,7 +527,7 @@ fn clean_bad_dir_is_an_error_naming_it() {
         .arg(&file)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("a-file is not a folder"));
+        .stderr(contains("a-file is not a folder"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -571,7 +571,7 @@ fn report_to_a_new_file_and_never_over_one() {
         .arg(example_log())
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("already exists"));
+        .stderr(contains("already exists"));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), md);
 }
 
@@ -603,7 +603,7 @@ fn report_repro_folder_without_cells_json_is_a_clear_error() {
         .arg(d.path())
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("no cells.json in it"));
+        .stderr(contains("no cells.json in it"));
 }
 
 #[test]
@@ -615,13 +615,13 @@ fn report_bad_inputs_are_clear_errors() {
         .arg(example_log())
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("no-such-folder"));
+        .stderr(contains("no-such-folder"));
     epdoctor(d.path(), d.path())
         .args(["report", "--python-timeout", "5"])
         .arg(d.path().join("missing.log"))
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("missing.log"));
+        .stderr(contains("missing.log"));
 }
 
 /// A real repro run folder: `script` run by `sh -c` as the user's command, one cell.

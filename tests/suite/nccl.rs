@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-mod common;
+use crate::common;
 
 const PKG: &str = "nvidia-nccl-cu12";
 
@@ -51,7 +51,7 @@ fn wheel(version: &str, record_lie: bool) -> Vec<u8> {
     let di = format!("nvidia_nccl_cu12-{version}.dist-info");
     let meta = format!("Metadata-Version: 2.1\nName: {PKG}\nVersion: {version}\nSummary: test wheel\n\nbody\n");
     let whl = format!(
-        "Wheel-Version: 1.0\nGenerator: tests/nccl.rs\nRoot-Is-Purelib: true\nTag: py3-none-manylinux2014_{}\n",
+        "Wheel-Version: 1.0\nGenerator: tests/suite/nccl.rs\nRoot-Is-Purelib: true\nTag: py3-none-manylinux2014_{}\n",
         std::env::consts::ARCH
     );
     let lib_hash = if record_lie { b64url(&Sha256::digest(b"other")) } else { b64url(&Sha256::digest(&lib)) };

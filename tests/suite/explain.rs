@@ -3,10 +3,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use predicates::prelude::*;
-
-mod common;
-use common::epdoctor;
+use crate::common::cmd::contains;
+use crate::common::epdoctor;
 
 fn shared(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/h200-logs").join(name)
@@ -32,9 +30,9 @@ fn abort_noise_of_a_finished_run_is_benign() {
         .args(["explain", "examples/h200-nccl-2.22.3-abort-teardown.log"])
         .assert()
         .code(0)
-        .stdout(predicate::str::contains("ncclCommAbort"))
-        .stdout(predicate::str::contains("2.23.4"))
-        .stdout(predicate::str::contains("destroy_process_group"));
+        .stdout(contains("ncclCommAbort"))
+        .stdout(contains("2.23.4"))
+        .stdout(contains("destroy_process_group"));
 }
 
 #[test]
@@ -121,13 +119,8 @@ fn stdin_and_dash() {
         .write_stdin(log.clone())
         .assert()
         .code(0)
-        .stdout(predicate::str::contains("\"benign\""));
-    epdoctor()
-        .args(["explain", "--format", "json"])
-        .write_stdin(log)
-        .assert()
-        .code(0)
-        .stdout(predicate::str::contains("<stdin>"));
+        .stdout(contains("\"benign\""));
+    epdoctor().args(["explain", "--format", "json"]).write_stdin(log).assert().code(0).stdout(contains("<stdin>"));
 }
 
 #[test]
@@ -268,11 +261,7 @@ fn ci_formats_annotate_each_finding_and_say_the_verdict() {
 
 #[test]
 fn missing_path_is_exit_2_naming_it() {
-    epdoctor()
-        .args(["explain", "/no/such/file.log"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("/no/such/file.log"));
+    epdoctor().args(["explain", "/no/such/file.log"]).assert().code(2).stderr(contains("/no/such/file.log"));
 }
 
 #[test]
@@ -286,16 +275,11 @@ fn empty_and_binary_and_invalid_utf8_do_not_panic() {
         .arg(&empty)
         .assert()
         .code(3)
-        .stdout(predicate::str::contains("not read: nothing was read: the input is empty"));
-    epdoctor()
-        .args(["explain", "-"])
-        .write_stdin("")
-        .assert()
-        .code(3)
-        .stdout(predicate::str::contains("nothing was read"));
+        .stdout(contains("not read: nothing was read: the input is empty"));
+    epdoctor().args(["explain", "-"]).write_stdin("").assert().code(3).stdout(contains("nothing was read"));
     let bin = dir.path().join("bin.log");
     std::fs::write(&bin, (0u8..=255).cycle().take(100_000).collect::<Vec<u8>>()).unwrap();
-    epdoctor().args(["explain"]).arg(&bin).assert().code(3).stdout(predicate::str::contains("does not look like text"));
+    epdoctor().args(["explain"]).arg(&bin).assert().code(3).stdout(contains("does not look like text"));
     let bad = dir.path().join("bad.log");
     std::fs::write(&bad, b"h:1:2 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0 \xff\xfe\n").unwrap();
     epdoctor()
@@ -303,8 +287,8 @@ fn empty_and_binary_and_invalid_utf8_do_not_panic() {
         .arg(&bad)
         .assert()
         // The abort pair alone, with no outcome: unknown (3); the point is the replacement character.
-        .code(predicate::in_iter([0, 1, 3]))
-        .stdout(predicate::str::contains("\u{fffd}"));
+        .code([0, 1, 3])
+        .stdout(contains("\u{fffd}"));
 }
 
 #[test]
@@ -319,7 +303,7 @@ fn huge_line_is_cut_with_a_note() {
         .arg(&p)
         .assert()
         .code(0)
-        .stdout(predicate::str::contains("longer than 1 MiB were cut"));
+        .stdout(contains("longer than 1 MiB were cut"));
 }
 
 #[test]
@@ -335,9 +319,9 @@ fn truncated_gzip_gives_partial_result_with_note() {
         .args(["explain", "--format", "json"])
         .arg(&p)
         .assert()
-        .stdout(predicate::str::contains("stopped reading after line"))
+        .stdout(contains("stopped reading after line"))
         // The unread rest may hold the failure: never `clean` or `benign` on a cut input.
-        .stdout(predicate::str::contains(r#""verdict": "unknown""#));
+        .stdout(contains(r#""verdict": "unknown""#));
 }
 
 #[test]
@@ -349,21 +333,17 @@ fn max_bytes_stops_an_endless_stdin() {
         .assert()
         // What was not read may hold the failure: unknown, not clean.
         .code(3)
-        .stdout(predicate::str::contains("stopped at the --max-bytes limit; the rest was not read"));
+        .stdout(contains("stopped at the --max-bytes limit; the rest was not read"));
 }
 
 #[test]
 fn rules_test_passes_and_list_json() {
-    epdoctor().args(["rules", "test"]).assert().success().stdout(predicate::str::contains(" 0 failed"));
+    epdoctor().args(["rules", "test"]).assert().success().stdout(contains(" 0 failed"));
     let out = epdoctor().args(["rules", "list", "--format", "json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rules = v.as_array().unwrap();
     assert!(rules.iter().all(|r| r["fixtures"].as_u64().unwrap() >= 1), "every rule has a fixture");
-    epdoctor()
-        .args(["rules", "show", "nccl-abort-pair"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("root cause"));
+    epdoctor().args(["rules", "show", "nccl-abort-pair"]).assert().success().stdout(contains("root cause"));
     epdoctor().args(["rules", "show", "no-such-rule"]).assert().code(2);
 }
 
@@ -382,7 +362,7 @@ fn bad_user_rule_file_names_file_and_rule() {
         .arg("examples/h200-nccl-2.22.3-abort-teardown.log")
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("mine.toml").and(predicate::str::contains("my-rule")));
+        .stderr(contains("mine.toml").and(contains("my-rule")));
 }
 
 #[test]
@@ -637,7 +617,7 @@ fn clean_is_earned_and_says_what_was_read() {
         .write_stdin("host:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\nstep 10 loss=0.41\n")
         .assert()
         .code(0)
-        .stdout(predicate::str::contains("clean  no warning or error in 2 lines of 1 input"));
+        .stdout(contains("clean  no warning or error in 2 lines of 1 input"));
     // A tar archive cut in its middle: what is left unread may hold the failure.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("rank0.log");

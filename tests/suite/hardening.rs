@@ -8,17 +8,17 @@
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-use assert_cmd::Command;
+use crate::common::cmd::Command;
 
 /// A hang guard, not a measurement: far above what any of these runs needs, even in a debug build
 /// on a loaded two-core machine.
 const HANG: Duration = Duration::from_secs(120);
 
-mod common;
-use common::std_epdoctor;
+use crate::common;
+use crate::common::{guard, std_epdoctor, wait_with_peak_rss, ABORT_PAIR};
 
 fn epdoctor() -> Command {
     let mut c = common::epdoctor();
@@ -54,37 +54,6 @@ fn explain_json(paths: &[&Path]) -> Out {
     run(&args)
 }
 
-/// Wait for `child`, returning its exit code and peak resident set in KiB (from `wait4`'s rusage,
-/// i.e. the kernel's own high-water mark for that one process).
-fn wait_with_peak_rss(child: &mut Child) -> (i32, i64) {
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for the out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: plain FFI call with valid pointers; `pid` is our own unreaped child.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    assert!(libc::WIFEXITED(status), "epdoctor did not exit normally (status {status:#x})");
-    (libc::WEXITSTATUS(status), ru.ru_maxrss)
-}
-
-/// Kill `child` if it is still running when `limit` runs out (a hang guard for spawned children).
-fn guard(child: &Child, limit: Duration) -> std::sync::mpsc::Sender<()> {
-    let pid = child.id() as libc::pid_t;
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-            // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    });
-    tx
-}
-
-/// NCCL <= 2.22's abort-path line (DeepEP #41) and a finished test's summary after it: benign
-/// (alone, the line says nothing of how the run ended and reads `unknown`).
-const ABORT_PAIR: &str = "gpu-node-17:2374:2994 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0\nall tests passed\n";
-
 // ---------------------------------------------------------------------------------------------
 // 0 bytes
 
@@ -116,95 +85,6 @@ fn zero_bytes_in_every_form() {
     for format in ["text", "md", "json"] {
         epdoctor().args(["explain", "--format", format]).write_stdin("").assert().code(3);
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// One 1 GB line, streamed through a pipe: memory stays bounded and the next line is still read.
-
-fn giant_line_peak(total: u64, tail: &'static str) -> (i32, i64, String) {
-    let mut child = std_epdoctor()
-        .args(["explain", "-", "--format", "json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stop = guard(&child, Duration::from_secs(600));
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let chunk = vec![b'x'; 1 << 20];
-        let mut left = total;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            stdin.write_all(&chunk[..n]).unwrap();
-            left -= n as u64;
-        }
-        stdin.write_all(b"\n").unwrap();
-        stdin.write_all(tail.as_bytes()).unwrap();
-    });
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    writer.join().unwrap();
-    let (code, peak) = wait_with_peak_rss(&mut child);
-    let _ = stop.send(());
-    (code, peak, reader.join().unwrap())
-}
-
-#[test]
-fn one_gigabyte_line_is_streamed_in_bounded_memory() {
-    let started = Instant::now();
-    let (code, peak_kib, out) = giant_line_peak(1 << 30, ABORT_PAIR);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(code, 0, "{out}");
-    // The line after the giant one is read and explained.
-    assert_eq!(v["verdict"], "benign", "{out}");
-    assert_eq!(v["primary"]["evidence"][0]["line"], 2);
-    assert_eq!(v["inputs"][0]["bytes"], (1u64 << 30) + 1 + ABORT_PAIR.len() as u64);
-    assert!(out.contains("longer than 1 MiB were cut"), "{out}");
-    // 1 GiB went through; the process never held more than a few MiB of it.
-    assert!(peak_kib < 64 * 1024, "peak RSS {peak_kib} KiB for a 1 GiB line");
-    eprintln!("1 GiB line: peak RSS {peak_kib} KiB, {:.1?}", started.elapsed());
-}
-
-#[test]
-fn many_huge_warning_lines_keep_memory_bounded() {
-    // 96 distinct 1 MiB warning lines no rule explains: each is kept as evidence only in part.
-    let mut child = std_epdoctor()
-        .args(["explain", "-", "--format", "md", "--unexplained"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stop = guard(&child, Duration::from_secs(600));
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let body = vec![b'y'; (1 << 20) - 200];
-        for i in 0..96 {
-            write!(stdin, "node{i}:1:2 [0] misc/x.cc:{i} NCCL WARN unknown failure {i} ").unwrap();
-            stdin.write_all(&body).unwrap();
-            stdin.write_all(b"\n").unwrap();
-        }
-    });
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        stdout.read_to_end(&mut s).unwrap();
-        s
-    });
-    writer.join().unwrap();
-    let (code, peak_kib) = wait_with_peak_rss(&mut child);
-    let _ = stop.send(());
-    let md = String::from_utf8(reader.join().unwrap()).unwrap();
-    assert_eq!(code, 3, "unknown");
-    assert!(md.contains("Unexplained warning/error lines (96)"), "every line is seen");
-    assert!(md.len() < 8 << 20, "the report is not the log: {} bytes", md.len());
-    assert!(peak_kib < 64 * 1024, "peak RSS {peak_kib} KiB for 96 MiB of warning lines");
-    eprintln!("96 x 1 MiB warning lines: peak RSS {peak_kib} KiB, report {} bytes", md.len());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,11 +5,8 @@
 use std::io::Write;
 use std::path::Path;
 
-mod common;
-
-/// torch 2.6-2.15's exit notice, benign on its own:
-/// harmless by nature, whether the log shows the run's end or not.
-const TEARDOWN: &str = "[rank0]:[W303 23:03:18.079178563 ProcessGroupNCCL.cpp:1496] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())\n";
+use crate::common;
+use crate::common::{tgz, TEARDOWN};
 
 fn explain_json(paths: &[&Path]) -> (i32, serde_json::Value, String) {
     let o = common::epdoctor()
@@ -21,17 +18,6 @@ fn explain_json(paths: &[&Path]) -> (i32, serde_json::Value, String) {
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     let v = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
     (o.status.code().unwrap(), v, stderr)
-}
-
-fn tgz(members: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
-    for (name, data) in members {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        b.append_data(&mut h, name, *data).unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap()
 }
 
 #[test]
@@ -91,56 +77,6 @@ fn a_pipe_is_read_from_its_first_byte() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["inputs"][0]["lines"], 3);
     assert_eq!(v["verdict"], "benign");
-}
-
-/// Run `explain --format json PATH` and return its exit code and peak RSS in KiB (`wait4`).
-// The child is reaped by `wait4` (which gives its rusage), not by `Child::wait`.
-#[allow(clippy::zombie_processes)]
-fn peak_rss(path: &Path) -> (i32, i64) {
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("epdoctor"))
-        .env_remove("EPDOCTOR_MAX_BYTES")
-        .args(["explain", "--format", "json"])
-        .arg(path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for the out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: plain FFI call with valid pointers; the pid is our own unreaped child.
-    let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    assert_eq!(r, child.id() as libc::pid_t);
-    assert!(libc::WIFEXITED(status));
-    (libc::WEXITSTATUS(status), ru.ru_maxrss)
-}
-
-#[test]
-fn big_archives_keep_memory_bounded() {
-    let d = tempfile::tempdir().unwrap();
-    // 10 000 members in one tgz.
-    let names: Vec<String> = (0..10_000).map(|i| format!("job/rank{i:05}.log")).collect();
-    let body = "gpu-node-1:11:12 [0] NCCL INFO ok\n";
-    let members: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), body.as_bytes())).collect();
-    let many = d.path().join("many.tgz");
-    std::fs::write(&many, tgz(&members)).unwrap();
-    // One honest member of 128 MiB of log lines (twice the bound) in a zip of under 1 MiB.
-    let mut w = zip::ZipWriter::new(std::fs::File::create(d.path().join("big.zip")).unwrap());
-    let opts =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).large_file(true);
-    w.start_file("rank0.log", opts).unwrap();
-    let block = body.repeat(1 << 15);
-    for _ in 0..(128 << 20) / block.len() {
-        w.write_all(block.as_bytes()).unwrap();
-    }
-    w.write_all(TEARDOWN.as_bytes()).unwrap();
-    w.finish().unwrap();
-    for p in [many, d.path().join("big.zip")] {
-        let (code, kib) = peak_rss(&p);
-        assert_eq!(code, 0, "{}", p.display());
-        assert!(kib < 64 * 1024, "{}: peak RSS {kib} KiB", p.display());
-        eprintln!("{}: peak RSS {kib} KiB", p.display());
-    }
 }
 
 /// A missing path among several (issue 28, point 4): the others are explained, the missing one is

@@ -4,8 +4,7 @@
 
 use std::path::Path;
 
-mod common;
-use common::epdoctor;
+use crate::common::epdoctor;
 
 fn explain(args: &[&str]) -> (serde_json::Value, i32) {
     let out = epdoctor().arg("explain").args(args).args(["--format", "json"]).output().unwrap();
