@@ -62,7 +62,7 @@ pub struct Record<'a> {
 /// Substrings of which every line that `level_of` rates `Warn` or `Error` holds at least one,
 /// unless `positional_warn` holds for it. `explain` skips the lines that hold none of these and no
 /// rule literal without looking at them further, so a new case in `level_of` needs its literal
-/// here (the tests `warn_literals_cover_level_of*` check it).
+/// here (the test `warn_literals_cover_level_of` checks it).
 pub const WARN_LITERALS: &[&str] = &[
     " NCCL WARN",
     " NCCL ATTN",
@@ -92,6 +92,12 @@ pub const WARN_LITERALS: &[&str] = &[
     " ERROR: ",
     "NVRM: Xid",
     "Out of memory: Killed process",
+    // A logger's level token in the line's head (`head_level`), and a Python warning category.
+    "WARN",
+    "ERROR",
+    "CRITICAL",
+    "FATAL",
+    "Warning:",
 ];
 
 /// Whether `line` (rank prefix stripped) starts with a warning by position, the ways to `Warn` in
@@ -164,6 +170,10 @@ pub fn level_of(line: &str) -> Level {
     if is_exception_line(t) {
         return Level::Error;
     }
+    // A Python warning's category line at any indentation (a wrapped or indented paste).
+    if is_warning_line(t) {
+        return Level::Warn;
+    }
     const ERR_STARTS: [&str; 9] = [
         "terminate called after throwing",
         "Segmentation fault",
@@ -200,7 +210,59 @@ pub fn level_of(line: &str) -> Level {
     if t.contains("NVRM: Xid") || t.contains("Out of memory: Killed process") {
         return Level::Error;
     }
-    Level::None
+    head_level(t).unwrap_or(Level::None)
+}
+
+/// Bytes of a line's start where a logger writes its level (after a date, a time, a thread or
+/// process name): a level word further on is prose, not the line's level.
+const HEAD: usize = 64;
+
+/// The level a logger's level word in the line's head gives it, whatever the logger's format:
+/// loguru's `2025-12-07 10:00:00.123 | WARNING  | mod:fn:12 - msg`, Python logging's
+/// `%(asctime)s %(levelname)s %(name)s: %(message)s`, log4j's `[time] WARN  [thread] msg`. The head
+/// is what comes before the first word of prose (a lowercase letter outside brackets): a level word
+/// after one is text (`set by environment to WARN`). The word stands alone and a message follows
+/// it: not part of a name or a setting (`NCCL_DEBUG=WARN`, `ERROR_CODE`).
+fn head_level(t: &str) -> Option<Level> {
+    let b = t.as_bytes();
+    let head = &b[..b.len().min(HEAD)];
+    let before_ok = |i: usize| i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'|' | b'[' | b'(' | b'<');
+    let after_ok = |j: usize| j < b.len() && matches!(b[j], b' ' | b'\t' | b'|' | b']' | b')' | b'>' | b':');
+    let (mut i, mut depth) = (0, 0u32);
+    while i < head.len() {
+        match head[i] {
+            b'[' | b'(' | b'<' => depth += 1,
+            b']' | b')' | b'>' => depth = depth.saturating_sub(1),
+            c if c.is_ascii_lowercase() && depth == 0 => return None,
+            _ => {}
+        }
+        if !head[i].is_ascii_uppercase() || (i > 0 && head[i - 1].is_ascii_alphanumeric()) {
+            i += 1;
+            continue;
+        }
+        let end = i + b[i..].iter().take_while(|c| c.is_ascii_uppercase()).count();
+        let level = match &b[i..end] {
+            b"WARN" | b"WARNING" => Some(Level::Warn),
+            b"ERROR" | b"CRITICAL" | b"FATAL" => Some(Level::Error),
+            _ => None,
+        };
+        if let Some(l) = level.filter(|_| before_ok(i) && after_ok(end)) {
+            return Some(l);
+        }
+        i = end.max(i + 1);
+    }
+    None
+}
+
+/// `UserWarning: ...`, `torch.distributed.SomeWarning: ...` at the line's start: the category line
+/// of a Python warning whose `path:line:` head went on the line before (or was not pasted).
+pub(crate) fn is_warning_line(t: &str) -> bool {
+    let name_end = t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(t.len());
+    let last = t[..name_end].rsplit('.').next().unwrap_or("");
+    last.len() > "Warning".len()
+        && last.ends_with("Warning")
+        && last.starts_with(|c: char| c.is_ascii_uppercase())
+        && t[name_end..].starts_with(':')
 }
 
 fn harness_level(line: &str) -> Level {
@@ -778,6 +840,70 @@ mod tests {
         assert_eq!(r.level, Level::Warn);
         assert_eq!(r.site, Some(("ProcessGroupNCCL.cpp", 1128)));
         assert_eq!(r.msg, "something");
+    }
+
+    /// Issue 38, point 2: a warning-looking line is a warning wherever it sits, so that a log
+    /// holding one is never `clean`.
+    #[test]
+    fn warning_looking_lines_are_warnings_at_any_indentation_and_in_any_logger_head() {
+        let warn = [
+            // modelscope/ms-swift#9778: a Python warning pasted indented and wrapped (its
+            // `path:line:` head not pasted).
+            "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
+            "FutureWarning: `torch.distributed._all_gather_base` is a private function",
+            "    torch.distributed.SomeWarning: x",
+            // loguru's default format (`{time} | {level: <8} | {name}:{function}:{line} - {message}`).
+            "2025-12-07 10:00:00.123 | WARNING  | swift.trainers:train:120 - the dataset is small",
+            // Python logging's `%(asctime)s %(levelname)s %(name)s: %(message)s`.
+            "2025-12-07 10:00:00,123 WARNING some.module: something odd",
+            // log4j's `%d [%t] %-5level %logger - %msg` and `[%d] %-5level [%t] %msg`.
+            "2025-12-07 10:00:00,123 [main] WARN  org.x.Pool - pool exhausted",
+            "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
+        ];
+        for l in warn {
+            assert_eq!(level_of(l), Level::Warn, "{l}");
+        }
+        let error = [
+            "2025-12-07 10:00:00.123 | ERROR    | swift.trainers:train:130 - step failed",
+            "2025-12-07 10:00:00,123 CRITICAL x.y: down",
+        ];
+        for l in error {
+            assert_eq!(level_of(l), Level::Error, "{l}");
+        }
+        let none = [
+            "export NCCL_DEBUG=WARN",
+            "NCCL_DEBUG set by environment to WARN",
+            "python train.py --log-level=WARNING",
+            "ERROR_CODE_TABLE loaded",
+            "Warning",
+            "step 10 loss 0.31 (2 warnings suppressed so far, see the WARNING section of the docs at the end)",
+            "    warnings.warn(\"x\", FutureWarning)",
+        ];
+        for l in none {
+            assert_ne!(level_of(l), Level::Warn, "{l}");
+        }
+    }
+
+    /// Every line `level_of` rates a warning or worse holds a literal of `WARN_LITERALS` (or is a
+    /// positional warning): the prefilter skips the others unread.
+    #[test]
+    fn warn_literals_cover_level_of() {
+        let lines = [
+            "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
+            "2025-12-07 10:00:00.123 | WARNING  | swift.trainers:train:120 - the dataset is small",
+            "2025-12-07 10:00:00,123 WARNING some.module: something odd",
+            "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
+            "2025-12-07 10:00:00,123 CRITICAL x.y: down",
+            "2025-12-07 10:00:00,123 FATAL x.y: down",
+            "RuntimeError: NCCL error",
+            "terminate called after throwing an instance of 'c10::Error'",
+            "/x/y.py:3: UserWarning: z",
+            "Out of memory: Killed process 12 (python)",
+        ];
+        for l in lines {
+            assert!(level_of(l) >= Level::Warn, "{l}");
+            assert!(WARN_LITERALS.iter().any(|w| l.contains(w)) || positional_warn(l), "{l}");
+        }
     }
 
     #[test]

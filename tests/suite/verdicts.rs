@@ -474,3 +474,54 @@ fn an_unexplained_error_before_a_launchers_reaction_is_the_primary() {
     assert!(v["unexplained"].as_array().unwrap().is_empty(), "the line is the finding's now: {v}");
     assert!(v["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "launcher-sigterm-cascade"));
 }
+
+/// Issue 38, point 2, as a property over every rule fixture and every dev case: a log holding a
+/// line that its logger head or its own words rate a warning or worse is never `clean`.
+#[test]
+fn no_log_with_a_warning_level_line_is_clean() {
+    use epdoctor::log::{level_of, strip_prefixes, Input, Level};
+    let engine = epdoctor::rules::engine(&epdoctor::rules::RuleSource::builtin()).unwrap();
+    let warns = |text: &str| {
+        text.lines().any(|l| {
+            let p = strip_prefixes(l);
+            p.level.is_some_and(|v| v >= Level::Warn) || level_of(p.rest) >= Level::Warn
+        })
+    };
+    let mut logs: Vec<(String, Vec<Input>, bool)> = Vec::new();
+    for (name, text) in epdoctor::rules::schema::builtin_fixtures() {
+        // The fixture's log: its `#=MATCH=# ` lines with the marker off, no other header line.
+        let log: String = text
+            .lines()
+            .filter(|l| !l.starts_with("#=") || l.starts_with("#=MATCH=# "))
+            .map(|l| format!("{}\n", l.strip_prefix("#=MATCH=# ").unwrap_or(l)))
+            .collect();
+        let w = warns(&log);
+        logs.push((name.to_string(), vec![Input::Memory { name: name.to_string(), text: log }], w));
+    }
+    let dev = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/accuracy/dev");
+    let mut cases: Vec<_> = std::fs::read_dir(&dev).unwrap().map(|e| e.unwrap().path()).collect();
+    cases.sort();
+    for case in cases {
+        let mut files: Vec<_> = std::fs::read_dir(&case)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().is_some_and(|n| n != "case.toml"))
+            .collect();
+        files.sort();
+        let w = files.iter().any(|f| warns(&String::from_utf8_lossy(&std::fs::read(f).unwrap())));
+        logs.push((case.display().to_string(), files.into_iter().map(Input::File).collect(), w));
+    }
+    let (mut with_warnings, mut wrong) = (0, Vec::new());
+    for (name, inputs, w) in &logs {
+        if !w {
+            continue;
+        }
+        with_warnings += 1;
+        let a = engine.analyze(inputs, &Default::default()).unwrap();
+        if a.verdict == epdoctor::model::Verdict::Clean {
+            wrong.push(name.clone());
+        }
+    }
+    assert!(with_warnings > 500, "only {with_warnings} of {} logs hold a warning-level line", logs.len());
+    assert!(wrong.is_empty(), "`clean` though they hold a warning-level line: {wrong:#?}");
+}
