@@ -15,12 +15,24 @@ mod literals;
 mod pattern;
 
 fn main() {
-    let rev = std::process::Command::new("git")
-        .args(["rev-parse", "--short=10", "HEAD"])
-        .output()
+    // The revision: given by whoever builds (a wheel's build script, a packager), else git's, else
+    // the REVISION file an sdist carries (scripts/build-wheel writes it).
+    println!("cargo:rerun-if-env-changed=EPDOCTOR_GIT_REV");
+    println!("cargo:rerun-if-changed=REVISION");
+    let git = || {
+        std::process::Command::new("git")
+            .args(["rev-parse", "--short=10", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let file = || std::fs::read_to_string("REVISION").ok().map(|s| s.trim().to_string());
+    let rev = std::env::var("EPDOCTOR_GIT_REV")
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .or_else(git)
+        .or_else(file)
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
         .unwrap_or_else(|| {
             println!("cargo:warning=git revision unknown; --version will say 'unknown'");
             "unknown".into()
