@@ -257,12 +257,16 @@ fn head_level(t: &str) -> Option<Level> {
 /// `UserWarning: ...`, `torch.distributed.SomeWarning: ...` at the line's start: the category line
 /// of a Python warning whose `path:line:` head went on the line before (or was not pasted).
 pub(crate) fn is_warning_line(t: &str) -> bool {
+    let (last, rest) = python_class(t);
+    last.len() > "Warning".len() && last.ends_with("Warning") && rest.starts_with(':')
+}
+
+/// The last part of the dotted Python class name `t` starts with (`DistBackendError` of
+/// `torch.distributed.DistBackendError: ...`) when it is capitalised, else "", and what follows.
+fn python_class(t: &str) -> (&str, &str) {
     let name_end = t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(t.len());
     let last = t[..name_end].rsplit('.').next().unwrap_or("");
-    last.len() > "Warning".len()
-        && last.ends_with("Warning")
-        && last.starts_with(|c: char| c.is_ascii_uppercase())
-        && t[name_end..].starts_with(':')
+    (if last.starts_with(|c: char| c.is_ascii_uppercase()) { last } else { "" }, &t[name_end..])
 }
 
 fn harness_level(line: &str) -> Level {
@@ -278,19 +282,10 @@ fn harness_level(line: &str) -> Level {
 
 /// `SomeError: ...`, `torch.distributed.DistBackendError: ...`, `KeyboardInterrupt` at line start.
 pub(crate) fn is_exception_line(t: &str) -> bool {
-    let name_end = t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(t.len());
-    if name_end == 0 {
-        return false;
-    }
-    let name = &t[..name_end];
-    let last = name.rsplit('.').next().unwrap_or(name);
+    let (last, rest) = python_class(t);
     let is_exc =
         last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt" || last == "SystemExit";
-    if !is_exc || !last.starts_with(|c: char| c.is_ascii_uppercase()) {
-        return false;
-    }
-    let rest = &t[name_end..];
-    rest.is_empty() || rest.starts_with(':')
+    is_exc && (rest.is_empty() || rest.starts_with(':'))
 }
 
 /// Literals of which every line `looks_like_error` accepts holds one (for the prefilter).
@@ -842,32 +837,35 @@ mod tests {
         assert_eq!(r.msg, "something");
     }
 
-    /// Issue 38, point 2: a warning-looking line is a warning wherever it sits, so that a log
-    /// holding one is never `clean`.
+    /// Warning- and error-looking lines of several loggers and pastes (issue 38, point 2).
+    const WARN_LOOKING: [&str; 7] = [
+        // modelscope/ms-swift#9778: a Python warning pasted indented and wrapped (its `path:line:`
+        // head not pasted).
+        "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
+        "FutureWarning: `torch.distributed._all_gather_base` is a private function",
+        "    torch.distributed.SomeWarning: x",
+        // loguru's default format (`{time} | {level: <8} | {name}:{function}:{line} - {message}`).
+        "2025-12-07 10:00:00.123 | WARNING  | swift.trainers:train:120 - the dataset is small",
+        // Python logging's `%(asctime)s %(levelname)s %(name)s: %(message)s`.
+        "2025-12-07 10:00:00,123 WARNING some.module: something odd",
+        // log4j's `%d [%t] %-5level %logger - %msg` and `[%d] %-5level [%t] %msg`.
+        "2025-12-07 10:00:00,123 [main] WARN  org.x.Pool - pool exhausted",
+        "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
+    ];
+    const ERROR_LOOKING: [&str; 3] = [
+        "2025-12-07 10:00:00.123 | ERROR    | swift.trainers:train:130 - step failed",
+        "2025-12-07 10:00:00,123 CRITICAL x.y: down",
+        "2025-12-07 10:00:00,123 FATAL x.y: down",
+    ];
+
+    /// A warning-looking line is a warning wherever it sits, so that a log holding one is never
+    /// `clean`; a level word after prose, or inside a name or a setting, is not one.
     #[test]
     fn warning_looking_lines_are_warnings_at_any_indentation_and_in_any_logger_head() {
-        let warn = [
-            // modelscope/ms-swift#9778: a Python warning pasted indented and wrapped (its
-            // `path:line:` head not pasted).
-            "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
-            "FutureWarning: `torch.distributed._all_gather_base` is a private function",
-            "    torch.distributed.SomeWarning: x",
-            // loguru's default format (`{time} | {level: <8} | {name}:{function}:{line} - {message}`).
-            "2025-12-07 10:00:00.123 | WARNING  | swift.trainers:train:120 - the dataset is small",
-            // Python logging's `%(asctime)s %(levelname)s %(name)s: %(message)s`.
-            "2025-12-07 10:00:00,123 WARNING some.module: something odd",
-            // log4j's `%d [%t] %-5level %logger - %msg` and `[%d] %-5level [%t] %msg`.
-            "2025-12-07 10:00:00,123 [main] WARN  org.x.Pool - pool exhausted",
-            "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
-        ];
-        for l in warn {
+        for l in WARN_LOOKING {
             assert_eq!(level_of(l), Level::Warn, "{l}");
         }
-        let error = [
-            "2025-12-07 10:00:00.123 | ERROR    | swift.trainers:train:130 - step failed",
-            "2025-12-07 10:00:00,123 CRITICAL x.y: down",
-        ];
-        for l in error {
+        for l in ERROR_LOOKING {
             assert_eq!(level_of(l), Level::Error, "{l}");
         }
         let none = [
@@ -888,19 +886,13 @@ mod tests {
     /// positional warning): the prefilter skips the others unread.
     #[test]
     fn warn_literals_cover_level_of() {
-        let lines = [
-            "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
-            "2025-12-07 10:00:00.123 | WARNING  | swift.trainers:train:120 - the dataset is small",
-            "2025-12-07 10:00:00,123 WARNING some.module: something odd",
-            "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
-            "2025-12-07 10:00:00,123 CRITICAL x.y: down",
-            "2025-12-07 10:00:00,123 FATAL x.y: down",
+        let others = [
             "RuntimeError: NCCL error",
             "terminate called after throwing an instance of 'c10::Error'",
             "/x/y.py:3: UserWarning: z",
             "Out of memory: Killed process 12 (python)",
         ];
-        for l in lines {
+        for l in WARN_LOOKING.into_iter().chain(ERROR_LOOKING).chain(others) {
             assert!(level_of(l) >= Level::Warn, "{l}");
             assert!(WARN_LITERALS.iter().any(|w| l.contains(w)) || positional_warn(l), "{l}");
         }
