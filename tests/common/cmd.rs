@@ -15,9 +15,15 @@ pub struct Command {
     timeout: Option<Duration>,
 }
 
+impl From<std::process::Command> for Command {
+    fn from(inner: std::process::Command) -> Command {
+        Command { inner, stdin: None, timeout: None }
+    }
+}
+
 impl Command {
     pub fn new(program: impl AsRef<OsStr>) -> Command {
-        Command { inner: std::process::Command::new(program), stdin: None, timeout: None }
+        std::process::Command::new(program).into()
     }
 
     pub fn arg(&mut self, a: impl AsRef<OsStr>) -> &mut Self {

@@ -34,12 +34,7 @@ pub fn bin() -> PathBuf {
 
 /// The binary, to run and assert on.
 pub fn epdoctor() -> cmd::Command {
-    let mut c = cmd::Command::new(bin());
-    for v in INHERITED {
-        c.env_remove(v);
-    }
-    c.env("NO_COLOR", "1");
-    c
+    std_epdoctor().into()
 }
 
 /// The binary as a plain process (to spawn, signal or wait on it).

@@ -6,9 +6,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::path::Path;
-use std::process::Stdio;
+use std::process::{ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{guard, std_epdoctor, tgz, wait_with_peak_rss, ABORT_PAIR, TEARDOWN};
@@ -16,29 +16,15 @@ use common::{guard, std_epdoctor, tgz, wait_with_peak_rss, ABORT_PAIR, TEARDOWN}
 /// The bound every test here holds the peak to.
 const BOUND_KIB: i64 = 64 * 1024;
 
-// One 1 GB line, streamed through a pipe: memory stays bounded and the next line is still read.
-
-fn giant_line_peak(total: u64, tail: &'static str) -> (i32, i64, String) {
-    let mut child = std_epdoctor()
-        .args(["explain", "-", "--format", "json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+/// Run `epdoctor ARGS` with `feed` writing its standard input (on a thread of its own; the pipe
+/// closes when it returns): the exit code, the peak RSS in KiB (`wait4`) and what it printed.
+/// Killed past 10 minutes (a hang guard, not a measurement).
+fn peak_of<S: AsRef<OsStr>>(args: &[S], feed: impl FnOnce(&mut ChildStdin) + Send + 'static) -> (i32, i64, String) {
+    let mut child =
+        std_epdoctor().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let stop = guard(&child, Duration::from_secs(600));
     let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let chunk = vec![b'x'; 1 << 20];
-        let mut left = total;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            stdin.write_all(&chunk[..n]).unwrap();
-            left -= n as u64;
-        }
-        stdin.write_all(b"\n").unwrap();
-        stdin.write_all(tail.as_bytes()).unwrap();
-    });
+    let writer = std::thread::spawn(move || feed(&mut stdin));
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -49,6 +35,22 @@ fn giant_line_peak(total: u64, tail: &'static str) -> (i32, i64, String) {
     let (code, peak) = wait_with_peak_rss(&mut child);
     let _ = stop.send(());
     (code, peak, reader.join().unwrap())
+}
+
+// One 1 GB line, streamed through a pipe: memory stays bounded and the next line is still read.
+
+fn giant_line_peak(total: u64, tail: &'static str) -> (i32, i64, String) {
+    peak_of(&["explain", "-", "--format", "json"], move |stdin| {
+        let chunk = vec![b'x'; 1 << 20];
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            stdin.write_all(&chunk[..n]).unwrap();
+            left -= n as u64;
+        }
+        stdin.write_all(b"\n").unwrap();
+        stdin.write_all(tail.as_bytes()).unwrap();
+    })
 }
 
 #[test]
@@ -70,16 +72,7 @@ fn one_gigabyte_line_is_streamed_in_bounded_memory() {
 #[test]
 fn many_huge_warning_lines_keep_memory_bounded() {
     // 96 distinct 1 MiB warning lines no rule explains: each is kept as evidence only in part.
-    let mut child = std_epdoctor()
-        .args(["explain", "-", "--format", "md", "--unexplained"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stop = guard(&child, Duration::from_secs(600));
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
+    let (code, peak_kib, md) = peak_of(&["explain", "-", "--format", "md", "--unexplained"], |stdin| {
         let body = vec![b'y'; (1 << 20) - 200];
         for i in 0..96 {
             write!(stdin, "node{i}:1:2 [0] misc/x.cc:{i} NCCL WARN unknown failure {i} ").unwrap();
@@ -87,37 +80,11 @@ fn many_huge_warning_lines_keep_memory_bounded() {
             stdin.write_all(b"\n").unwrap();
         }
     });
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        stdout.read_to_end(&mut s).unwrap();
-        s
-    });
-    writer.join().unwrap();
-    let (code, peak_kib) = wait_with_peak_rss(&mut child);
-    let _ = stop.send(());
-    let md = String::from_utf8(reader.join().unwrap()).unwrap();
     assert_eq!(code, 3, "unknown");
     assert!(md.contains("Unexplained warning/error lines (96)"), "every line is seen");
     assert!(md.len() < 8 << 20, "the report is not the log: {} bytes", md.len());
     assert!(peak_kib < BOUND_KIB, "peak RSS {peak_kib} KiB for 96 MiB of warning lines");
     eprintln!("96 x 1 MiB warning lines: peak RSS {peak_kib} KiB, report {} bytes", md.len());
-}
-
-/// Run `explain --format json PATH` and return its exit code and peak RSS in KiB (`wait4`).
-fn peak_rss(path: &Path) -> (i32, i64) {
-    let mut child = std_epdoctor()
-        .env_remove("EPDOCTOR_MAX_BYTES")
-        .args(["explain", "--format", "json"])
-        .arg(path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stop = guard(&child, Duration::from_secs(600));
-    let r = wait_with_peak_rss(&mut child);
-    let _ = stop.send(());
-    r
 }
 
 #[test]
@@ -141,7 +108,8 @@ fn big_archives_keep_memory_bounded() {
     w.write_all(TEARDOWN.as_bytes()).unwrap();
     w.finish().unwrap();
     for p in [many, d.path().join("big.zip")] {
-        let (code, kib) = peak_rss(&p);
+        let (code, kib, _) =
+            peak_of(&["explain".as_ref(), "--format".as_ref(), "json".as_ref(), p.as_os_str()], |_| {});
         assert_eq!(code, 0, "{}", p.display());
         assert!(kib < BOUND_KIB, "{}: peak RSS {kib} KiB", p.display());
         eprintln!("{}: peak RSS {kib} KiB", p.display());
