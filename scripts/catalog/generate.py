@@ -594,7 +594,7 @@ class RemoteZip:
 # ---------------------------------------------------------------------------------------------
 # Fetch: fill the cache
 
-def fetch(cache, gitdir, deepep_git, parts=PARTS):
+def fetch(cache, gitdir, deepep_git, parts=PARTS, only_libs=None):
     os.makedirs(cache, exist_ok=True)
     if "nccl" in parts:
         fetch_nccl(cache, gitdir)
@@ -607,7 +607,7 @@ def fetch(cache, gitdir, deepep_git, parts=PARTS):
     if "torch" in parts:
         fetch_torch_cpp(cache)
     if "libs" in parts:
-        libs.fetch(cache, simple_index, http_get, RemoteZip)
+        libs.fetch(cache, simple_index, http_get, RemoteZip, only_libs)
 
 
 def fetch_nccl(cache, gitdir):
@@ -1277,7 +1277,8 @@ def main():
     ap.add_argument("--nccl-git", help="an NCCL git directory (bare or not); default CACHE/nccl.git")
     ap.add_argument("--deepep-git", help="a DeepEP git directory (bare or not); default CACHE/deepep.git")
     ap.add_argument("--only", help="comma-separated parts to read and write: " + ", ".join(PARTS) +
-                    " (default all); the others' committed TSVs are kept and read back")
+                    " (default all), or libraries of `libs` by name (scripts/catalog/libs.py); the others' "
+                    "committed TSVs are kept and read back")
     ap.add_argument("--derive", action="store_true",
                     help="only rewrite fingerprints.toml and known.toml from the committed TSVs (offline, seconds)")
     a = ap.parse_args()
@@ -1285,14 +1286,18 @@ def main():
         derive()
         derive_known()
         return
-    parts = tuple(p.strip() for p in a.only.split(",")) if a.only else PARTS
-    bad = [p for p in parts if p not in PARTS]
+    named = [p.strip() for p in a.only.split(",")] if a.only else list(PARTS)
+    bad = [p for p in named if p not in PARTS and p not in libs.LIBS]
     if bad:
-        sys.exit(f"--only: unknown part(s) {', '.join(bad)}; the parts are {', '.join(PARTS)}")
+        sys.exit(f"--only: unknown part(s) {', '.join(bad)}; the parts are {', '.join(PARTS)}, "
+                 f"and the libraries {', '.join(libs.LIBS)}")
+    # A library named alone reads `libs` for it only; the other libraries' TSVs stay as committed.
+    only_libs = {p for p in named if p in libs.LIBS} if "libs" not in named else None
+    parts = tuple(p for p in named if p in PARTS) + (("libs",) if only_libs else ())
     gitdir = a.nccl_git or os.path.join(a.cache, "nccl.git")
     deepep_git = a.deepep_git or os.path.join(a.cache, "deepep.git")
     if a.fetch:
-        fetch(a.cache, gitdir, deepep_git, parts)
+        fetch(a.cache, gitdir, deepep_git, parts, only_libs)
     # Rows of releases.tsv kept from the committed file for the parts not read now.
     kept = {p: [r for r in read_rows("releases.tsv") if r[0] == p] for p in ("nccl", "torch", "nvshmem", "deepep")}
     kept["libs"] = [r for r in read_rows("releases.tsv") if r[0] in libs.LIBS]
@@ -1330,7 +1335,7 @@ def main():
         rel_lines["libs"] = []
         generated = generate_libs(a.cache)
         for lib in libs.LIBS:
-            if lib not in generated:
+            if lib not in generated or only_libs and lib not in only_libs:
                 # Not in the cache (a cache filled before the library was added, or by hand): its
                 # committed TSV and releases stay as they are.
                 rel_lines["libs"] += ["\t".join(r) for r in kept["libs"] if r[0] == lib]

@@ -103,6 +103,66 @@ LIBS = {
                            r"utils|usage|v1/(?:executor|worker|engine))/.*|config|envs|env_override|utils|v1/utils)"
                            r"\.py$"),
     },
+    "transformers": {
+        "pypi": "transformers",
+        "form": "wheel",
+        # Every fourth or so minor from 4.30 (spring 2023) to the newest; read by range requests
+        # (the kept files are a tenth of the 10 MB wheel).
+        "versions": ["4.30.2", "4.36.2", "4.40.2", "4.44.2", "4.46.3", "4.48.3", "4.51.3", "4.53.3", "4.55.4",
+                     "4.57.6", "5.0.0", "5.4.0", "5.8.1", "5.12.1", "5.16.1", "5.20.2", "5.25.0"],
+        "remote": "all",
+        # What a distributed Trainer run prints: the Trainer and its arguments, the DeepSpeed, FSDP,
+        # accelerate and tensor-parallel integrations, the model loading path (device_map, tp_plan)
+        # and transformers.distributed; not the models, tokenizers or pipelines.
+        "keep": re.compile(r"transformers/(?:trainer[^/]*|training_args[^/]*|modeling_utils|"
+                           r"integrations/(?:deepspeed|fsdp|accelerate|tensor_parallel|integration_utils|tpu)|"
+                           r"distributed/.*|utils/import_utils)\.py$"),
+    },
+    "sglang": {
+        "pypi": "sglang",
+        "form": "wheel",
+        # 0.3's last, then a spread of the 0.4 and 0.5 patch releases (each one is a feature release).
+        "versions": ["0.3.6.post3", "0.4.3.post4", "0.4.6.post5", "0.4.10.post2", "0.5.2", "0.5.5.post3", "0.5.9",
+                     "0.5.13.post1", "0.5.17", "0.5.20", "0.5.23"],
+        # The serving runtime around its parallel setup: distributed (process groups, custom
+        # all-reduce, NCCL/SHM communicators), the managers (scheduler, tokenizer and detokenizer
+        # processes, data-parallel controller), the model runner, entry points, EPLB, the
+        # disaggregation transfer code, the MoE dispatchers (DeepEP), server args and utils.
+        "keep": re.compile(r"sglang/srt/(?!.*(?:^|/)tests?/)(?:(?:distributed|managers|entrypoints|eplb|"
+                           r"disaggregation|model_executor|layers/moe)/.*|server_args|utils|utils/.*|environ)\.py$"),
+    },
+    "ray": {
+        "pypi": "ray",
+        "form": "wheel",
+        "versions": ["2.5.1", "2.9.3", "2.12.0", "2.24.0", "2.34.0", "2.40.0", "2.44.1", "2.48.0", "2.52.1",
+                     "2.56.1", "2.60.0"],
+        # 60-80 MB wheels of compiled core: only the Python files kept, by range requests.
+        "remote": "all",
+        # Ray Train (the torch backend's process-group setup, the worker group, the trainer loop),
+        # ray.util.collective, and the core's Python side a job prints through (worker, node,
+        # services, the accelerator managers, the log monitor).
+        "keep": re.compile(r"ray/(?:train/(?!.*(?:^|/)tests?/).*|util/collective/(?!.*(?:^|/)tests?/).*|"
+                           r"_private/(?:worker|node|services|utils|log_monitor|accelerators/[^/]+))\.py$"),
+    },
+    "transformer-engine": {
+        "pypi": "transformer-engine",
+        "form": "wheel",
+        "versions": ["1.13.0", "2.1.0", "2.3.0", "2.5.0", "2.7.0", "2.9.0", "2.11.0", "2.13.0", "2.15.0", "2.17.1",
+                     "2.20.2"],
+        # The Python of the pure wheel: the common part and the PyTorch and JAX front ends (the
+        # userbuffers / comm-overlap setup, FP8 recipes, distributed helpers); not the debug tools.
+        "keep": re.compile(r"transformer_engine/(?:common|pytorch|jax)/(?!.*(?:^|/)tests?/).*\.py$"),
+    },
+    "jax": {
+        "pypi": "jax",
+        "form": "wheel",
+        "versions": ["0.4.38", "0.5.3", "0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2", "0.11.2", "0.12.1"],
+        # jax.distributed and its cluster detection (Slurm, MPI, k8s, cloud TPU), the backend
+        # bring-up (xla_bridge: the `An NVIDIA GPU may be present ...` and plugin warnings), the
+        # compiler and dispatch paths, multihost_utils.
+        "keep": re.compile(r"jax/(?:_src/(?:distributed|xla_bridge|compiler|dispatch|config|clusters/[^/]+|"
+                           r"multihost_utils)|experimental/multihost_utils)\.py$"),
+    },
 }
 
 
@@ -172,6 +232,19 @@ def family(lib, path):
         "vllm": [(r"distributed/(?:kv_transfer|ec_transfer)/", "kv-transfer"), (r"vllm/distributed/", "distributed"),
                  (r"executor/", "executor"), (r"worker/", "worker"), (r"engine/", "engine"),
                  (r"platforms/", "platform"), (r"vllm/(?:config|envs|env_override)(?:/|\.py)", "config")],
+        "transformers": [(r"/trainer|training_args", "trainer"), (r"integrations/deepspeed", "deepspeed"),
+                         (r"integrations/fsdp|integrations/accelerate", "fsdp"),
+                         (r"tensor_parallel|/distributed/|modeling_utils", "parallel")],
+        "sglang": [(r"srt/distributed/", "distributed"), (r"srt/managers/", "managers"),
+                   (r"srt/model_executor/", "runner"), (r"srt/disaggregation/", "disaggregation"),
+                   (r"srt/layers/moe/|srt/eplb/", "moe"), (r"srt/entrypoints/", "entrypoints"),
+                   (r"server_args|environ", "config")],
+        "ray": [(r"ray/train/", "train"), (r"util/collective/", "collective"), (r"accelerators/", "accelerator"),
+                (r"_private/", "core")],
+        "transformer-engine": [(r"/pytorch/distributed|userbuffers|comm_gemm|/module/base", "distributed"),
+                               (r"/jax/", "jax"), (r"fp8|recipe|quantiz", "fp8"), (r"/pytorch/", "pytorch")],
+        "jax": [(r"distributed|clusters/|multihost", "distributed"), (r"xla_bridge", "backend"),
+                (r"compiler|dispatch", "compiler"), (r"config", "config")],
     }[lib]
     for pat, fam in table:
         if re.search(pat, path):
@@ -211,18 +284,21 @@ def members(blob, name):
                 yield m.name.split("/", 1)[1] if "/" in m.name else m.name, t.extractfile(m).read()
 
 
-def fetch(cache, simple_index, http_get, remote_zip=None):
+def fetch(cache, simple_index, http_get, remote_zip=None, only=None):
     """Each release's kept files under CACHE/libs/LIB/VERSION/py/, its file name in `source`. A
-    release in the library's `remote` set is read from its wheel by range requests (`remote_zip`,
-    generate.RemoteZip): the kept files, not the whole wheel."""
+    release in the library's `remote` set (or every release, `remote = "all"`) is read from its wheel
+    by range requests (`remote_zip`, generate.RemoteZip): the kept files, not the whole wheel.
+    `only`: the libraries to read (default all)."""
     for lib, spec in LIBS.items():
+        if only and lib not in only:
+            continue
         index = None
         for v in spec["versions"]:
             d = os.path.join(cache, "libs", lib, v)
             if os.path.exists(os.path.join(d, "done")):
                 continue
             index = index or simple_index(spec["pypi"])
-            remote = v in spec.get("remote", ())
+            remote = spec.get("remote") == "all" or v in spec.get("remote", ())
             form = "wheel" if remote else spec["form"]
             f = pick(index, v, form)
             if f is None:

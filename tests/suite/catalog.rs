@@ -63,7 +63,20 @@ fn read_tsv(name: &str) -> Vec<Vec<String>> {
 }
 
 /// The launcher and training libraries catalogued beside torch (scripts/catalog/libs.py).
-const LIBS: [&str; 7] = ["accelerate", "deepspeed", "lightning", "torchtitan", "megatron-core", "nemo", "vllm"];
+const LIBS: [&str; 12] = [
+    "accelerate",
+    "deepspeed",
+    "lightning",
+    "torchtitan",
+    "megatron-core",
+    "nemo",
+    "vllm",
+    "transformers",
+    "sglang",
+    "ray",
+    "transformer-engine",
+    "jax",
+];
 
 struct Catalog {
     nccl_releases: Vec<Version>,
@@ -693,8 +706,12 @@ fn coverage_doc() -> String {
          wheels' machine code (LOG(WARNING/ERROR/FATAL), TORCH_WARN, TORCH_CHECK, throws; not LOG(INFO));\n\
          accelerate 0.18-1.16, DeepSpeed 0.7-0.19, Lightning 2.0-2.6, torchtitan 0.1-0.3, megatron-core\n\
          0.5-0.19, NeMo 1.23-3.0 (its core, utils, lightning and Megatron training paths), vLLM 0.4-0.34\n\
-         (its distributed, executor, worker, engine, platform, config and env code): their warnings and\n\
-         log lines;\n\
+         (its distributed, executor, worker, engine, platform, config and env code), transformers\n\
+         4.30-5.25 (the Trainer, its arguments, the DeepSpeed / FSDP / tensor-parallel integrations, model\n\
+         loading), SGLang 0.3-0.5.23 (its serving runtime: distributed, managers, model runner, MoE, PD\n\
+         disaggregation), Ray 2.5-2.60 (Train, ray.util.collective, the core's Python side),\n\
+         TransformerEngine 1.13-2.20 (its common, PyTorch and JAX Python) and JAX 0.4.38-0.12 (jax.distributed,\n\
+         cluster detection, backend bring-up): their warnings and log lines;\n\
          NVSHMEM 3.1-3.8: the message strings of the wheel's libraries; DeepEP: its asserts, printf and raised\n\
          texts at the refs read (V1 tag, V2 and hybrid-EP branches).\n\n\
          | library | family | messages | covered | ignored | known | not covered |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
