@@ -19,7 +19,19 @@ pub fn explain(engine: &Engine, mut x: Expanded, opts: &Options) -> Result<Analy
     let unread = std::mem::take(&mut x.unread);
     let (inputs, mut notes, had_dumps) = crate::flight::prepare(x)?;
     let opts = Options { unread, ..opts.clone() };
-    let mut a = engine.analyze(&inputs, &opts)?;
+    // Flight Recorder dumps belong to the logs they were given with: one job.
+    let jobs = if opts.one_job || had_dumps { vec![(0..inputs.len()).collect()] } else { log::jobs::group(&inputs) };
+    let mut a = if jobs.len() < 2 {
+        engine.analyze(&inputs, &opts)?
+    } else {
+        let mut each = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let part: Vec<Input> = job.iter().map(|&i| inputs[i].clone()).collect();
+            // What expand could not read is said once, beside the whole.
+            each.push(engine.analyze(&part, &Options { unread: Vec::new(), ..opts.clone() })?);
+        }
+        Analysis::of_jobs(each, opts.unread.clone())
+    };
     notes.append(&mut a.notes);
     a.notes = notes;
     if !had_dumps && a.findings.iter().any(|f| f.rule == WATCHDOG_RULE) {

@@ -3,6 +3,7 @@ pub mod archive;
 pub mod chunks;
 mod grams;
 pub mod input;
+pub mod jobs;
 pub mod literals;
 pub mod names;
 pub mod prefilter;

@@ -168,6 +168,63 @@ pub struct Analysis {
     /// Why the verdict is what it is, in one line (the verdict step's own words).
     #[serde(default)]
     pub reason: String,
+    /// Inputs that are not one run (nothing ties them: `log::jobs`) are explained job by job, each
+    /// here in input order; the fields above then sum them up (the worst job decides the verdict,
+    /// the primary and the outcome; findings, unexplained lines and inputs are all the jobs').
+    /// Empty when the input is one job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<Analysis>,
+}
+
+impl Analysis {
+    /// The whole of several jobs' analyses (`jobs`, in input order; at least two). `unread`: what
+    /// could not be read and belongs to no job: with any, no job's `clean` or `benign` stands for
+    /// the whole.
+    pub fn of_jobs(jobs: Vec<Analysis>, unread: Vec<String>) -> Analysis {
+        // Actionable, then unknown, then benign, then clean; the earliest of equals.
+        let rank = |v: Verdict| match v {
+            Verdict::Actionable => 3,
+            Verdict::Unknown => 2,
+            Verdict::Benign => 1,
+            Verdict::Clean => 0,
+        };
+        let worst = (0..jobs.len()).rev().max_by_key(|&i| rank(jobs[i].verdict)).unwrap_or(0);
+        let mut a = jobs[worst].clone();
+        let sources = |j: &Analysis| j.inputs.iter().map(|i| i.source.as_str()).collect::<Vec<_>>().join(", ");
+        a.reason = format!(
+            "{} jobs (nothing ties the files into one run); job {} ({}) decides: {}",
+            jobs.len(),
+            worst + 1,
+            sources(&jobs[worst]),
+            a.reason
+        );
+        if !unread.is_empty() && rank(a.verdict) < rank(Verdict::Unknown) {
+            a.verdict = Verdict::Unknown;
+            a.reason = format!("part of the input was not read; {}", a.reason);
+        }
+        a.findings.clear();
+        a.unexplained.clear();
+        a.inputs.clear();
+        a.notes.clear();
+        a.unread = unread;
+        a.unrelated = Unrelated::default();
+        let mut templates: Option<Vec<Template>> = None;
+        for j in &jobs {
+            a.findings.extend(j.findings.iter().cloned());
+            a.unexplained.extend(j.unexplained.iter().cloned());
+            a.inputs.extend(j.inputs.iter().cloned());
+            a.notes.extend(j.notes.iter().cloned());
+            a.unread.extend(j.unread.iter().cloned());
+            a.unrelated.count += j.unrelated.count;
+            a.unrelated.examples.extend(j.unrelated.examples.iter().cloned());
+            if let Some(t) = &j.unexplained_templates {
+                templates.get_or_insert_with(Vec::new).extend(t.iter().cloned());
+            }
+        }
+        a.unexplained_templates = templates;
+        a.jobs = jobs;
+        a
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -26,8 +26,36 @@ pub(crate) fn versions_said(a: &Analysis) -> [Result<String, String>; 2] {
     })
 }
 
+/// Several jobs: the verdict of the whole and a table of the jobs, then each job's own section.
+fn write_jobs(a: &Analysis, opts: &Options, md: &mut Md) -> String {
+    for j in &a.jobs {
+        for f in &j.findings {
+            f.evidence.iter().for_each(|e| md.learn(&e.text));
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "{HEADING}**{}**: {} jobs\n", a.verdict.as_str(), a.jobs.len());
+    let _ = writeln!(s, "{}\n", prose(&md.text(&a.reason)));
+    let _ = writeln!(s, "| job | verdict | files | primary |\n| ---: | --- | --- | --- |");
+    for (i, j) in a.jobs.iter().enumerate() {
+        let p = j.primary.as_ref().map(|p| format!("`{}`", p.rule)).unwrap_or_default();
+        let files = md.text(&super::explain_text::job_sources(j)).replace('|', "\\|");
+        let _ = writeln!(s, "| {} | {} | {} | {p} |", i + 1, j.verdict.as_str(), inline(&files));
+    }
+    for (i, j) in a.jobs.iter().enumerate() {
+        let _ = writeln!(s, "\n#### Job {} of {}\n", i + 1, a.jobs.len());
+        // Each job's own section, without the document heading a second time.
+        let body = write(j, opts, md);
+        s.push_str(body.strip_prefix(HEADING).unwrap_or(&body));
+    }
+    s
+}
+
 /// The explain section of a document whose redactor is `md`'s (`report` writes several sections).
 pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
+    if !a.jobs.is_empty() {
+        return write_jobs(a, opts, md);
+    }
     // Learn every hostname first, so a name is masked even where it appears before the line
     // that reveals it as a hostname.
     for f in &a.findings {

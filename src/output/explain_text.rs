@@ -15,10 +15,47 @@ fn verdict_style(v: Verdict) -> Style {
     }
 }
 
+/// Several jobs: the verdict of the whole, one line per job, then each job's own report.
+fn render_jobs(a: &Analysis, opts: &Options) -> String {
+    let mut s = String::new();
+    let lead = "verdict: ".len() + a.verdict.as_str().len() + 2;
+    let reason = if opts.verbose { a.reason.clone() } else { wrap(&a.reason, SHORT_WIDTH - lead, lead) };
+    let _ = writeln!(
+        s,
+        "{} {}  {}",
+        paint("verdict:", Style::new().bold()),
+        paint(a.verdict.as_str(), verdict_style(a.verdict)),
+        reason
+    );
+    for u in &a.unread {
+        let _ = writeln!(s, "{} {u}", paint("not read:", Style::new().yellow().bold()));
+    }
+    let _ = writeln!(s, "{}", paint("jobs:", Style::new().bold()));
+    for (i, j) in a.jobs.iter().enumerate() {
+        let what = j.primary.as_ref().map(|p| format!("  ({})", p.rule)).unwrap_or_default();
+        let line = format!("{:>3}. {:<10} {}{what}", i + 1, j.verdict.as_str(), job_sources(j));
+        let _ = writeln!(s, "{}", clip(&line, opts.verbose, SHORT_WIDTH));
+    }
+    for (i, j) in a.jobs.iter().enumerate() {
+        let head = format!("── job {} of {}: {} ", i + 1, a.jobs.len(), job_sources(j));
+        let _ = writeln!(s, "\n{}", paint(&clip(&head, opts.verbose, SHORT_WIDTH), Style::new().bold()));
+        s.push_str(&render(j, opts));
+    }
+    s
+}
+
+/// A job's files, as the report names them.
+pub(crate) fn job_sources(j: &Analysis) -> String {
+    j.inputs.iter().map(|i| i.source.as_str()).collect::<Vec<_>>().join(", ")
+}
+
 /// The short report's width: ids stay whole, evidence and table fit in it.
 const SHORT_WIDTH: usize = 100;
 
 pub fn render(a: &Analysis, opts: &Options) -> String {
+    if !a.jobs.is_empty() {
+        return render_jobs(a, opts);
+    }
     let mut s = String::new();
     let v = opts.verbose;
     // The reason wraps under itself; the verdict word stays first on the line for grep.

@@ -39,7 +39,8 @@ pub const CELL_ENV: &str = "EPDOCTOR_CELL_DIR";
 
 /// The one call into the explain engine (built once per run, before any cell).
 pub(crate) fn explain_cell(paths: &[PathBuf], engine: &Engine) -> anyhow::Result<Analysis> {
-    crate::pipeline::explain_paths(engine, paths, &crate::rules::Options { evidence: 5, ..Default::default() })
+    let opts = crate::rules::Options { evidence: 5, one_job: true, ..Default::default() };
+    crate::pipeline::explain_paths(engine, paths, &opts)
 }
 
 /// report.md is meant to be pasted into an issue: one redactor for it, knowing this machine's name.

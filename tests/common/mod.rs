@@ -92,3 +92,45 @@ pub fn tgz(members: &[(&str, &[u8])]) -> Vec<u8> {
     }
     b.into_inner().unwrap().finish().unwrap()
 }
+
+/// The log of a job of `nranks` ranks, 8 a host, interleaved as one stream (issue 38, point 7):
+/// every rank's `ncclCommInitRank` line, then rank `culprit`'s `Cuda failure 'out of memory'`,
+/// then `peers` other ranks' `socketProgress: Connection closed by remote peer` (the formats of
+/// NCCL 2.19+'s init line, include/alloc.h's CUDACHECK and misc/socket.cc's socketProgress).
+pub fn big_job_log(nranks: u32, culprit: u32, peers: u32, mut out: impl std::io::Write) {
+    let host = |r: u32| format!("gpu-{:06}", r / 8);
+    let pid = |r: u32| 10_000 + r % 8;
+    for r in 0..nranks {
+        writeln!(
+            out,
+            "{h}:{p}:{p} [{d}] NCCL INFO ncclCommInitRank comm 0x55d0c3a0 rank {r} nranks {nranks} cudaDev {d} \
+             nvmlDev {d} busId 18000 commId 0x5c2a1f3e - Init START",
+            h = host(r),
+            p = pid(r),
+            d = r % 8
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        "{h}:{p}:{q} [{d}] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+        h = host(culprit),
+        p = pid(culprit),
+        q = pid(culprit) + 77,
+        d = culprit % 8
+    )
+    .unwrap();
+    for i in 0..peers {
+        let r = (culprit + 1 + i * (nranks / peers.max(1))) % nranks;
+        writeln!(
+            out,
+            "{h}:{p}:{q} [{d}] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote peer {c}<48122>",
+            h = host(r),
+            p = pid(r),
+            q = pid(r) + 5,
+            d = r % 8,
+            c = host(culprit)
+        )
+        .unwrap();
+    }
+}

@@ -115,3 +115,19 @@ fn big_archives_keep_memory_bounded() {
         eprintln!("{}: peak RSS {kib} KiB", p.display());
     }
 }
+
+/// Issue 38, point 7: a 1,048,576-rank job's interleaved log (168 MB: every rank's init line, one
+/// rank's OOM, 2,000 peers' closed sockets). The culprit is named, in bounded memory: the
+/// (host, pid) -> rank map holds 16 bytes a process (85 MiB peak measured, docs/performance.md).
+#[test]
+fn a_million_rank_job_names_its_culprit_in_bounded_memory() {
+    let culprit = 1_000_003;
+    let (code, peak_kib, out) = peak_of(&["explain", "-", "--format", "json"], move |stdin| {
+        common::big_job_log(1 << 20, culprit, 2_000, std::io::BufWriter::with_capacity(1 << 20, stdin));
+    });
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(code, 1, "actionable");
+    assert_eq!(v["primary"]["evidence"][0]["rank"], culprit, "{:#}", v["primary"]);
+    assert!(peak_kib < 3 * BOUND_KIB, "peak RSS {peak_kib} KiB for a 1M-rank log");
+    eprintln!("1M-rank log: peak RSS {peak_kib} KiB");
+}

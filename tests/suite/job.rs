@@ -157,3 +157,51 @@ fn jobs_as_users_feed_them() {
         }
     }
 }
+
+/// Issue 38, point 4: the bundled examples are two unrelated runs (and a script). Read together,
+/// the DeepEP log must not borrow the H200 run's success markers: it stays `unknown` on its own,
+/// the H200 one `benign`, and the whole is the worst of them.
+#[test]
+fn unrelated_files_are_explained_as_jobs_of_their_own() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let deepep = root.join("deepep-intranode-teardown.log");
+    let h200 = root.join("h200-nccl-2.22.3-abort-teardown.log");
+    let alone = |p: &Path| explain(&[p])["verdict"].clone();
+    assert_eq!(alone(&deepep), "unknown");
+    assert_eq!(alone(&h200), "benign");
+    let v = explain(&[deepep.as_path(), h200.as_path()]);
+    assert_eq!(v["verdict"], "unknown", "{v:#}");
+    let jobs = v["jobs"].as_array().expect("two jobs");
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0]["verdict"], "unknown");
+    assert_eq!(jobs[1]["verdict"], "benign");
+    assert!(jobs[1]["outcome"]["status"] == "succeeded" && v["outcome"]["status"] == "unknown", "{v:#}");
+    let out = common::epdoctor().arg("explain").args([&deepep, &h200]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("job 1 of 2") && text.contains("job 2 of 2"), "{text}");
+    // Rank-named siblings of one folder stay one job (no `jobs` list).
+    let ranks = logs(&root.parent().unwrap().join("tests/fixtures/job/culprit-oom-among-timeouts"));
+    let one = explain(&ranks.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    assert!(one.get("jobs").is_none(), "{one:#}");
+}
+
+/// Issue 38, point 7: a 131,072-rank job, every rank's init line interleaved in one stream, then
+/// one rank's OOM and 2,000 peers' closed sockets. The culprit's rank is named (the (host, pid)
+/// map once stopped at 65,536 entries) and the peers' ranks are shown as ranges.
+#[test]
+fn the_culprit_of_a_131072_rank_job_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("job.log");
+    let culprit = 100_003;
+    common::big_job_log(131_072, culprit, 2_000, std::io::BufWriter::new(std::fs::File::create(&path).unwrap()));
+    let v = explain(&[path.as_path()]);
+    let p = &v["primary"];
+    assert!(p["evidence"][0]["text"].as_str().unwrap().contains("out of memory"), "{p:#}");
+    assert_eq!(p["evidence"][0]["rank"], culprit, "{p:#}");
+    let peers = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] != p["rule"]).expect("the peers' finding");
+    assert_eq!(peers["ranks"].as_array().unwrap().len(), 2_000, "{:#}", peers["rule"]);
+    let out = common::epdoctor().arg("explain").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("rank {culprit}")) || text.contains(&format!("[{culprit}]")), "{text}");
+}

@@ -88,7 +88,8 @@ impl Default for Caps {
             unrelated: 20,
             outcome: 64,
             templates: 5000,
-            rank_map: 1 << 16,
+            // A process each: every rank of a 1M-GPU job and then some (16 bytes an entry).
+            rank_map: 1 << 21,
             sites: 1024,
         }
     }
@@ -103,6 +104,9 @@ pub struct Options {
     pub templates: bool,
     /// Parts of the input that `expand` could not read (see `Expanded::unread`).
     pub unread: Vec<String>,
+    /// The pipeline reads every input as one job (a repro cell's logs) rather than splitting
+    /// them into the jobs `log::jobs` finds.
+    pub one_job: bool,
 }
 
 /// What the engine looks for besides rules.
@@ -438,6 +442,7 @@ impl Engine {
             unrelated,
             unread,
             reason: String::new(),
+            jobs: Vec::new(),
         };
         a.reason = verdict::reason(&a, &undecided);
         a

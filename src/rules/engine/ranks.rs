@@ -2,14 +2,15 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::state::{FastMap, Hit, State};
+use super::state::{proc_key, FastMap, Hit, State, PID_BITS};
 use crate::log;
 
 /// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
 /// lines, else its pid alone, else the one rank its input's lines show, else what the input's
 /// name says (never for a launcher's line).
 pub(crate) struct Ranks {
-    pub(crate) map: FastMap<(String, u32), (u32, u32)>,
+    pub(crate) map: FastMap<u64, (u32, u32)>,
+    /// Pids (their low `PID_BITS`) that name one rank whatever the host.
     pub(crate) pid_only: HashMap<u32, u32>,
     pub(crate) source_ranks: Vec<BTreeSet<u32>>,
     /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).
@@ -20,8 +21,8 @@ impl Ranks {
     pub(crate) fn new(st: &mut State) -> Ranks {
         let map = std::mem::take(&mut st.rank_map);
         let mut m: HashMap<u32, Option<u32>> = HashMap::new();
-        for ((_, pid), (rank, _)) in &map {
-            let e = m.entry(*pid).or_insert(Some(*rank));
+        for (key, (rank, _)) in &map {
+            let e = m.entry(pid_bits(*key)).or_insert(Some(*rank));
             if *e != Some(*rank) {
                 *e = None;
             }
@@ -33,8 +34,8 @@ impl Ranks {
 
     pub(crate) fn of(&self, h: &Hit) -> Option<u32> {
         h.rank
-            .or_else(|| h.pid.and_then(|p| self.map.get(&(h.host.clone().unwrap_or_default(), p)).map(|x| x.0)))
-            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&p).copied()))
+            .or_else(|| h.pid.and_then(|p| self.map.get(&proc_key(h.host.as_deref().unwrap_or(""), p)).map(|x| x.0)))
+            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&pid_bits(u64::from(p))).copied()))
             // The file's own content (`[rank6]:`, `rank 6 nRanks 8`) before what its name says: a
             // torchrun `--log-dir` folder names the local rank, the lines the global one.
             .or_else(|| {
@@ -44,7 +45,11 @@ impl Ranks {
             .or_else(|| match self.names.get(h.source)?.as_ref()? {
                 _ if h.launcher => None,
                 log::NameHint::Rank { rank, .. } => Some(*rank),
-                log::NameHint::HostPid { host, pid } => self.map.get(&(host.clone(), *pid)).map(|x| x.0),
+                log::NameHint::HostPid { host, pid } => self.map.get(&proc_key(host, *pid)).map(|x| x.0),
             })
     }
+}
+
+fn pid_bits(key: u64) -> u32 {
+    (key & ((1 << PID_BITS) - 1)) as u32
 }

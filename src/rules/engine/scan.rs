@@ -7,7 +7,7 @@ use std::sync::{Condvar, Mutex};
 use anyhow::Result;
 use regex::{Regex, RegexSet};
 
-use super::state::{Hit, SourceState, State};
+use super::state::{proc_key, Hit, SourceState, State};
 use super::versions::{add_version, offer_version, version_tail, LEVEL_SITE, TORCH_SITE};
 use super::{Engine, Internal, Slot, HIT_TEXT_MAX, READ_AHEAD, REFERENCE};
 use crate::log::records::{Fed, Flags, Part, Role};
@@ -425,13 +425,13 @@ impl Engine {
                 Slot::Internal(Internal::RankMap) => {
                     if let (Some((rank, nranks)), Some(pid)) = (rank_nranks(line), rec.pid) {
                         // The world communicator (most ranks) names the rank; split comms renumber.
-                        let key = (rec.host.unwrap_or("").to_string(), pid);
+                        let key = proc_key(rec.host.unwrap_or(""), pid);
                         if let Some(e) = st.rank_map.get_mut(&key) {
                             if nranks > e.1 {
                                 *e = (rank, nranks);
                             }
                         } else if st.rank_map.len() < st.caps.rank_map {
-                            st.rank_map.insert(key.clone(), (rank, nranks));
+                            st.rank_map.insert(key, (rank, nranks));
                             st.rank_map_seq.push(key);
                         }
                     }

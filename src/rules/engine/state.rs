@@ -42,6 +42,21 @@ pub(crate) struct Hit {
 
 /// Maps and sets asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The low bits of a `proc_key`: Linux pids fit 22 bits (PID_MAX_LIMIT).
+pub(crate) const PID_BITS: u32 = 22;
+
+/// A process as the rank map keys it: a hash of its host above its pid, in one u64, so that the
+/// map of a million-rank job holds 16 bytes an entry, not a host name each. FNV-1a: the same key
+/// in every thread's state, so their maps merge. Two hosts share a key only when their 42-bit
+/// hashes collide and the pids are equal.
+pub(crate) fn proc_key(host: &str, pid: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in host.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h << PID_BITS) ^ u64::from(pid)
+}
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
@@ -204,10 +219,11 @@ pub(crate) struct State {
     pub(crate) templates: HashMap<String, (u64, Hit)>,
     pub(crate) nccl_versions: Vec<String>,
     pub(crate) torch_version: Option<String>,
-    pub(crate) rank_map: FastMap<(String, u32), (u32, u32)>,
+    /// (host, pid) -> (rank, nranks) of the init lines, keyed by `proc_key`.
+    pub(crate) rank_map: FastMap<u64, (u32, u32)>,
     /// `rank_map`'s keys in the order first seen (for `merge`: which keys the cap keeps must not
     /// depend on a hash map's order).
-    pub(crate) rank_map_seq: Vec<(String, u32)>,
+    pub(crate) rank_map_seq: Vec<u64>,
     pub(crate) sites: BTreeSet<(String, u32)>,
     /// `sites` in the order first seen (for `merge`).
     pub(crate) sites_seq: Vec<(String, u32)>,
@@ -337,7 +353,7 @@ impl State {
                     *e = v;
                 }
             } else if self.rank_map.len() < self.caps.rank_map {
-                self.rank_map.insert(k.clone(), v);
+                self.rank_map.insert(k, v);
                 self.rank_map_seq.push(k);
             }
         }
