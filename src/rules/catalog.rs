@@ -745,7 +745,10 @@ impl Known {
 fn starts_a_message(line: &str, piece: &str) -> bool {
     line.match_indices(piece).any(|(i, _)| {
         let before = line[..i].trim_end();
-        before.is_empty() || !before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+        // A level word ends a prefix too (`NCCL WARN NET/OFI ...`: a net plugin's message).
+        let level =
+            matches!(before.rsplit(' ').next(), Some("WARN" | "WARNING" | "ERROR" | "INFO" | "CRITICAL" | "FATAL"));
+        before.is_empty() || level || !before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
     })
 }
 

@@ -62,6 +62,12 @@ pub struct RuleDef {
     /// The primary comes from the lowest level present, so a wrapper never outranks a cause.
     #[serde(default)]
     pub wrapper: u8,
+    /// Harmless by origin: the rule's lines count only as the exception of a Python traceback
+    /// whose innermost frame matches one of these (regexes over `File "...", line N, in fn`): a
+    /// helper process's traceback (multiprocessing's resource tracker) is told by where it was
+    /// raised, not by its words, which any program could print.
+    #[serde(default)]
+    pub frames: Vec<String>,
     /// Lines that show the retry or wait this rule reports succeeded (`The client socket has
     /// connected`): such a line after the finding's first makes it one harmless record.
     #[serde(default)]
@@ -180,6 +186,8 @@ pub struct Rule {
     pub torch: Option<Range>,
     /// Where it was defined, for `rules show` and error messages.
     pub origin: String,
+    /// `def.frames`, compiled (None: no condition).
+    pub frames: Option<regex::RegexSet>,
 }
 
 /// Phase markers (rules/phases.toml).
@@ -328,7 +336,12 @@ fn compile(origin: &str, def: RuleDef) -> Result<Rule> {
         .map(Range::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("{}", ctx(format!("torch: {e}"))))?;
-    Ok(Rule { def, nccl, torch, origin: origin.to_string() })
+    let frames = if def.frames.is_empty() {
+        None
+    } else {
+        Some(regex::RegexSet::new(&def.frames).map_err(|e| anyhow::anyhow!("{}", ctx(format!("frames: {e}"))))?)
+    };
+    Ok(Rule { def, nccl, torch, origin: origin.to_string(), frames })
 }
 
 pub use super::pattern::ascii_word_boundaries;

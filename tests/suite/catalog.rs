@@ -63,7 +63,7 @@ fn read_tsv(name: &str) -> Vec<Vec<String>> {
 }
 
 /// The launcher and training libraries catalogued beside torch (scripts/catalog/libs.py).
-const LIBS: [&str; 12] = [
+const LIBS: [&str; 13] = [
     "accelerate",
     "deepspeed",
     "lightning",
@@ -76,6 +76,7 @@ const LIBS: [&str; 12] = [
     "ray",
     "transformer-engine",
     "jax",
+    "aws-ofi-nccl",
 ];
 
 struct Catalog {
@@ -711,7 +712,8 @@ fn coverage_doc() -> String {
          loading), SGLang 0.3-0.5.23 (its serving runtime: distributed, managers, model runner, MoE, PD\n\
          disaggregation), Ray 2.5-2.60 (Train, ray.util.collective, the core's Python side),\n\
          TransformerEngine 1.13-2.20 (its common, PyTorch and JAX Python) and JAX 0.4.38-0.12 (jax.distributed,\n\
-         cluster detection, backend bring-up): their warnings and log lines;\n\
+         cluster detection, backend bring-up): their warnings and log lines; aws-ofi-nccl 1.6-1.21 (the OFI net\n\
+         plugin's NCCL_OFI_WARN sites, read from its release tags);\n\
          NVSHMEM 3.1-3.8: the message strings of the wheel's libraries; DeepEP: its asserts, printf and raised\n\
          texts at the refs read (V1 tag, V2 and hybrid-EP branches).\n\n\
          | library | family | messages | covered | ignored | known | not covered |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
