@@ -59,6 +59,10 @@ pub enum Command {
         /// Write epdoctor.1 and a page per subcommand here instead of printing the main page.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// With --dir: replace pages of these names already there (without it, an existing file
+        /// is never overwritten).
+        #[arg(long, requires = "dir")]
+        force: bool,
     },
     /// Run one rank of the built-in workload (started by `repro`).
     #[command(hide = true)]
@@ -449,7 +453,7 @@ pub enum NcclCommand {
         #[command(flatten)]
         opts: NcclOpts,
     },
-    /// Print the cached libnccl.so.2 of a release (fetched first unless --offline), e.g. for LD_PRELOAD.
+    /// Print the cached libnccl.so.2 of a release, e.g. for LD_PRELOAD (never downloads: `nccl fetch` first).
     Path {
         /// The NCCL release, e.g. 2.22.3.
         // Not `version`: clap's propagated --version would clash with an argument of that id.
@@ -458,11 +462,14 @@ pub enum NcclCommand {
         #[command(flatten)]
         opts: NcclOpts,
     },
-    /// Remove releases from the cache (default: all of them).
+    /// Remove releases from the cache (default: all of them); without --yes, only say what would go.
     Clean {
         /// The releases to remove (default: every cached one).
         #[arg(value_name = "VERSION")]
         versions: Vec<String>,
+        /// Remove them (without it nothing is deleted).
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -623,15 +630,27 @@ where
         _ => String::new(),
     };
     let value = std::env::var(FORMAT_VAR).unwrap_or_default();
-    // A value no command has is a typo, and stays an error.
     let known = ExplainFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value);
-    let known = known.chain(LintFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value));
+    let mut known = known.chain(LintFormat::value_variants().iter().filter_map(ValueEnum::to_possible_value));
+    let given = args.iter().skip(1).any(|a| a.to_str().is_some_and(|s| s == "-f" || s.starts_with("--format")));
     if err.kind() != ErrorKind::InvalidValue
-        || !known.into_iter().any(|p| p.matches(&value, false))
+        || given
         || !ctx(ContextKind::InvalidArg).starts_with("--format")
         || ctx(ContextKind::InvalidValue) != value
     {
         return Err(err);
+    }
+    // A value no command has is a typo, and stays an error: one that names the variable, since
+    // the command line has no --format to look at.
+    if !known.any(|p| p.matches(&value, false)) {
+        return Err(Cli::command().error(
+            ErrorKind::InvalidValue,
+            format!(
+                "invalid value: {FORMAT_VAR}={value:?} (from the environment) is not a format: this command \
+                 writes {}; unset {FORMAT_VAR} or set it to one of those",
+                ctx(ContextKind::ValidValue)
+            ),
+        ));
     }
     // Again without the variable: if that parses, the variable's value was the only bad one.
     fn unset(c: clap::Command) -> clap::Command {

@@ -9,8 +9,9 @@ use crate::cli::Cli;
 use crate::exit;
 
 /// The main page on stdout, or with `dir` every page (one per subcommand, as the main page names
-/// them) written there.
-pub fn run(dir: Option<&Path>) -> Result<u8> {
+/// them) written there. A file of one of those names already in `dir` is a usage error naming it,
+/// unless `force`: nothing the user has is overwritten unasked.
+pub fn run(dir: Option<&Path>, force: bool) -> Result<u8> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     match dir {
@@ -20,19 +21,32 @@ pub fn run(dir: Option<&Path>) -> Result<u8> {
             out.flush()?;
         }
         Some(d) => {
+            let mut pages = Vec::new();
+            collect(&cmd, d, &mut pages)?;
+            let there: Vec<String> =
+                pages.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
+            if !force && !there.is_empty() {
+                return Err(crate::error::usage_one(format!(
+                    "man --dir: {} already exist{} and would be overwritten; pass --force to replace them, or choose another --dir",
+                    there.join(", "),
+                    if there.len() == 1 { "s" } else { "" }
+                )));
+            }
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-            write_all(&cmd, d)?;
+            for (path, text) in pages {
+                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            }
         }
     }
     Ok(exit::OK)
 }
 
-fn write_all(cmd: &clap::Command, dir: &Path) -> Result<()> {
+/// Every page `cmd` and its subcommands have, with the path it goes to in `dir`.
+fn collect(cmd: &clap::Command, dir: &Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) -> Result<()> {
     let man = clap_mangen::Man::new(cmd.clone());
-    let path = dir.join(man.get_filename());
-    std::fs::write(&path, page(cmd)?).with_context(|| format!("writing {}", path.display()))?;
+    out.push((dir.join(man.get_filename()), page(cmd)?));
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        write_all(sub, dir)?;
+        collect(sub, dir, out)?;
     }
     Ok(())
 }

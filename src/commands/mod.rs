@@ -40,7 +40,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Nccl(cmd) => nccl::run(cmd),
         Command::Worker(args) => kernels::worker(&args),
         Command::Completions { shell } => man::completions(shell),
-        Command::Man { dir } => man::run(dir.as_deref()),
+        Command::Man { dir, force } => man::run(dir.as_deref(), force),
     }
 }
 

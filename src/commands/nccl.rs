@@ -10,7 +10,7 @@ pub fn run(cmd: NcclCommand) -> Result<u8> {
         NcclCommand::List { available, opts } => list(available, &opts),
         NcclCommand::Fetch { versions, opts } => fetch(&versions, &opts),
         NcclCommand::Path { release, opts } => path(&release, &opts),
-        NcclCommand::Clean { versions } => clean(&versions),
+        NcclCommand::Clean { versions, yes } => clean(&versions, yes),
     }
 }
 
@@ -114,17 +114,46 @@ fn fetch(versions: &[String], opts: &NcclOpts) -> Result<u8> {
     }
 }
 
+/// The cached library of a release; never a download (a `$(epdoctor nccl path X)` in a script
+/// must not fetch 200 MB unasked): an uncached release says how to fetch it.
 fn path(version: &str, opts: &NcclOpts) -> Result<u8> {
     let r = releases(&[version.to_string()])?[0];
-    let f = fetcher(opts)?;
-    let (e, _) = f.get(r).fetch()?;
+    let f = fetcher(&NcclOpts { offline: true, ..opts.clone() })?;
+    let (e, _) = f
+        .get(r)
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "NCCL {r} is not in the cache; `nccl path` never downloads: run `epdoctor nccl fetch {r}{}` first",
+                opts.cuda.map(|m| format!(" --cuda {m}")).unwrap_or_default()
+            )
+        })
+        .fetch()?;
     crate::output::print(&format!("{}\n", e.lib.display()))?;
     Ok(crate::exit::OK)
 }
 
-fn clean(versions: &[String]) -> Result<u8> {
+/// Removes cached releases only with `yes`; without it, says what would go (as `env --clean`).
+fn clean(versions: &[String], yes: bool) -> Result<u8> {
     let rs = releases(versions)?;
     let c = Cache::from_env().fetch()?;
+    if !yes {
+        let (entries, _) = c.list();
+        let named: Vec<String> = entries
+            .iter()
+            .filter(|e| rs.is_empty() || rs.iter().any(|r| r.to_string() == e.meta.release))
+            .map(|e| format!("{}-cu{}", e.meta.release, e.meta.cuda_major))
+            .collect();
+        if named.is_empty() {
+            crate::output::print(&format!("nothing to remove in {}\n", c.root().display()))?;
+            return Ok(crate::exit::OK);
+        }
+        return Err(crate::error::usage_one(format!(
+            "nccl clean would remove {} from {}; pass --yes to remove {}",
+            named.join(", "),
+            c.root().display(),
+            if named.len() == 1 { "it" } else { "them" }
+        )));
+    }
     let gone = c.clean(&rs)?;
     let mut s = String::new();
     if gone.is_empty() {

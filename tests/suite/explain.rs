@@ -561,6 +561,23 @@ fn man_pages_exist_for_every_page_they_name_and_say_the_exit_statuses() {
     assert!(!d.path().join("epdoctor-help.1").exists() && !d.path().join("epdoctor-worker.1").exists());
 }
 
+/// Issue 43, point 1: `man --dir` never overwrites a file the user has there unless told to.
+#[test]
+fn man_dir_keeps_a_file_of_the_user_unless_forced() {
+    let d = tempfile::tempdir().unwrap();
+    let mine = d.path().join("epdoctor.1");
+    std::fs::write(&mine, "my notes\n").unwrap();
+    let out = epdoctor().args(["man", "--dir"]).arg(d.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("epdoctor.1") && err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "my notes\n");
+    // Nothing else was written either.
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    epdoctor().args(["man", "--force", "--dir"]).arg(d.path()).assert().code(0);
+    assert!(std::fs::read_to_string(&mine).unwrap().contains(".TH"));
+}
+
 /// DeepEP's test_intranode.py prints one `... passed` line per case (its own format string), then,
 /// on NCCL <= 2.22, the abort-path WARNs of DeepEP issue #41 at exit
 /// (https://github.com/deepseek-ai/DeepEP/issues/41, lines as posted); the peer-gone line is the
@@ -661,12 +678,17 @@ fn a_format_variable_a_command_lacks_falls_back_to_text_with_a_note() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("::notice"), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("EPDOCTOR_FORMAT"));
-    // A value no command has, and a bad flag, stay errors.
+    // A value no command has, and a bad flag, stay errors; the first names the variable (issue 43,
+    // point 8: the command line holds no --format to look at).
     for (var, args) in [("nosuch", vec!["rules", "list"]), ("github", vec!["rules", "list", "--format", "github"])] {
         let out = epdoctor().env("EPDOCTOR_FORMAT", var).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{var} {args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"), "{var} {args:?}");
     }
+    let out = epdoctor().env("EPDOCTOR_FORMAT", "xml").args(["explain", "examples/"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("EPDOCTOR_FORMAT=\"xml\"") && err.contains("from the environment"), "{err}");
 }
 
 /// The versions line of `explain` (text, md, json) and `report` on one log.

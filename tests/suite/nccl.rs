@@ -373,14 +373,36 @@ fn clean_removes_entries_and_stale_staging_folders() {
     assert!(o.stderr.is_empty(), "-q: {}", text(&o.stderr));
     // What a killed fetch leaves: a staging folder of a process that is gone.
     std::fs::create_dir(e.cache().join(".tmp-2.24.3-cu12-999999999-1")).unwrap();
-    let o = out(e.cmd(&idx.url()).args(["nccl", "clean", "2.23.4"]));
+    // Without --yes nothing is deleted: it says what would go (issue 43, point 7).
+    for args in [vec!["nccl", "clean"], vec!["nccl", "clean", "2.23.4"]] {
+        let o = out(e.cmd(&idx.url()).args(&args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.contains("2.23.4-cu12") && err.contains("--yes"), "{err}");
+        assert_eq!(e.cache_names().len(), 3, "{args:?} deleted something");
+    }
+    let o = out(e.cmd(&idx.url()).args(["nccl", "clean", "2.23.4", "--yes"]));
     assert!(text(&o.stdout).contains("2.23.4-cu12"), "{}", text(&o.stdout));
     assert_eq!(e.cache_names(), [".tmp-2.24.3-cu12-999999999-1", "2.22.3-cu12"]);
-    let o = out(e.cmd(&idx.url()).args(["nccl", "clean"]));
+    let o = out(e.cmd(&idx.url()).args(["nccl", "clean", "--yes"]));
     assert_eq!(o.status.code(), Some(0));
     assert!(e.cache_names().is_empty(), "{:?}", e.cache_names());
-    let o = out(e.cmd(&idx.url()).args(["nccl", "clean"]));
+    let o = out(e.cmd(&idx.url()).args(["nccl", "clean", "--yes"]));
     assert!(text(&o.stdout).starts_with("nothing to remove"));
+}
+
+/// `nccl path` of a release not in the cache says how to fetch it and downloads nothing (issue 43,
+/// point 7: `LD_PRELOAD=$(epdoctor nccl path X)` once fetched 191 MB unasked).
+#[test]
+fn path_of_an_uncached_release_never_downloads() {
+    let idx = Index::start(&["2.22.3", "2.23.4"], Page::Json);
+    let e = Env::new();
+    let o = out(e.cmd(&idx.url()).args(["nccl", "path", "2.23.4", "--cuda", "12"]));
+    assert_ne!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+    assert!(text(&o.stderr).contains("epdoctor nccl fetch 2.23.4 --cuda 12"), "{}", text(&o.stderr));
+    assert!(idx.downloads().is_empty(), "{:?}", idx.downloads());
+    assert!(e.cache_names().is_empty(), "{:?}", e.cache_names());
 }
 
 #[test]
