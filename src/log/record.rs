@@ -65,6 +65,8 @@ pub struct Record<'a> {
 /// here (the test `warn_literals_cover_level_of` checks it).
 pub const WARN_LITERALS: &[&str] = &[
     " NCCL WARN",
+    // `TAG: error: ...` (`tagged_level`; `Warning:` and `Error` are below).
+    ": error: ",
     " NCCL ATTN",
     "[epdoctor-harness] ",
     "Error",
@@ -195,6 +197,11 @@ pub fn level_of(line: &str) -> Level {
     if t.contains("Warning: ") && (t.contains(".py:") || t.starts_with("Warning: ")) {
         return Level::Warn;
     }
+    // A program's tag, then its level word: `libibverbs: Warning: couldn't load driver ...`,
+    // `srun: error: ...`.
+    if let Some(l) = tagged_level(t) {
+        return l;
+    }
     // Python logging with a logger: "WARNING:torch.distributed...", " - WARNING - ".
     if t.contains(" - ERROR - ") || t.contains(" - CRITICAL - ") {
         return Level::Error;
@@ -211,6 +218,21 @@ pub fn level_of(line: &str) -> Level {
         return Level::Error;
     }
     head_level(t).unwrap_or(Level::None)
+}
+
+/// The level of `TAG: Warning: ...` / `TAG: error: ...`, where TAG is one word (a program's name,
+/// a `path:line`): the tag is no prose, so the word after it is the line's level.
+fn tagged_level(t: &str) -> Option<Level> {
+    let (tag, rest) = t.split_once(": ")?;
+    if tag.is_empty() || tag.len() > HEAD || tag.contains(char::is_whitespace) {
+        return None;
+    }
+    let word = rest.split_once(": ").map(|(w, _)| w)?;
+    match word {
+        "Warning" | "WARNING" => Some(Level::Warn),
+        "Error" | "error" | "ERROR" => Some(Level::Error),
+        _ => None,
+    }
 }
 
 /// Bytes of a line's start where a logger writes its level (after a date, a time, a thread or
@@ -838,7 +860,7 @@ mod tests {
     }
 
     /// Warning- and error-looking lines of several loggers and pastes (issue 38, point 2).
-    const WARN_LOOKING: [&str; 7] = [
+    const WARN_LOOKING: [&str; 8] = [
         // modelscope/ms-swift#9778: a Python warning pasted indented and wrapped (its `path:line:`
         // head not pasted).
         "  UserWarning: c10d::allreduce_: an autograd kernel was not registered to the",
@@ -851,11 +873,14 @@ mod tests {
         // log4j's `%d [%t] %-5level %logger - %msg` and `[%d] %-5level [%t] %msg`.
         "2025-12-07 10:00:00,123 [main] WARN  org.x.Pool - pool exhausted",
         "[2025-12-07 10:00:00] WARN  [main] pool exhausted",
+        // bytedance/byteps#313: a program's tag, then its level word.
+        "libibverbs: Warning: couldn't load driver 'mlx4': libmlx4-rdmav2.so: cannot open shared object file",
     ];
-    const ERROR_LOOKING: [&str; 3] = [
+    const ERROR_LOOKING: [&str; 4] = [
         "2025-12-07 10:00:00.123 | ERROR    | swift.trainers:train:130 - step failed",
         "2025-12-07 10:00:00,123 CRITICAL x.y: down",
         "2025-12-07 10:00:00,123 FATAL x.y: down",
+        "srun: error: node-3: task 1: Exited with exit code 1",
     ];
 
     /// A warning-looking line is a warning wherever it sits, so that a log holding one is never
@@ -876,6 +901,8 @@ mod tests {
             "Warning",
             "step 10 loss 0.31 (2 warnings suppressed so far, see the WARNING section of the docs at the end)",
             "    warnings.warn(\"x\", FutureWarning)",
+            // A tag is one word: prose before the colon is no tag.
+            "the run says: Warning: none of this is a level",
         ];
         for l in none {
             assert_ne!(level_of(l), Level::Warn, "{l}");
