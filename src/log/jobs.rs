@@ -7,7 +7,9 @@
 //!   `job-77-0.out` / `job-77-3.out`), with the two streams of one process alike too
 //!   (`stdout.log` / `stderr.log`, `slurm-77.out` / `slurm-77.err`): a launcher's log-dir tree
 //!   (`run/attempt_0/3/stderr.log`) is the same shape one folder level down;
-//! - members of one archive (what someone packed together).
+//! - members of one archive (what someone packed together);
+//! - the files of an `epdoctor repro` cell folder (its `harness.log` or `stacks.log` beside the
+//!   ranks' logs, however the launcher named those).
 //!
 //! Ties, by the first MiB of each input: one Slurm job id, one NCCL communicator id, one
 //! (host, pid) in NCCL's line prefix, one torchrun run id (not its default `none`).
@@ -39,6 +41,16 @@ pub fn group(inputs: &[Input]) -> Vec<Vec<usize>> {
             by_key.insert(name_key(&input.name()), i);
         }
     }
+    // A repro cell's folder: everything in it is the cell's one run.
+    let names: Vec<String> = inputs.iter().map(Input::name).collect();
+    for (i, name) in names.iter().enumerate() {
+        let Some(dir) = cell_dir(name) else { continue };
+        for (j, other) in names.iter().enumerate() {
+            if other.starts_with(dir) && other[dir.len()..].starts_with(['/', '\\']) {
+                sets.join(i, j);
+            }
+        }
+    }
     if sets.count() > 1 {
         let mut owner: HashMap<String, usize> = HashMap::new();
         for (i, input) in inputs.iter().enumerate() {
@@ -63,6 +75,12 @@ pub fn group(inputs: &[Input]) -> Vec<Vec<usize>> {
         jobs[k].push(i);
     }
     jobs
+}
+
+/// The folder of a repro cell file (`.../cells/001-x/harness.log` -> `.../cells/001-x`).
+fn cell_dir(name: &str) -> Option<&str> {
+    let (dir, file) = name.rsplit_once(['/', '\\'])?;
+    [crate::model::run::HARNESS_FILE, crate::model::run::STACKS_LOG].contains(&file).then_some(dir)
 }
 
 /// What an input's name says about the job: the archive it came from, else its path with every
@@ -164,6 +182,9 @@ mod tests {
         assert_eq!(jobs(&s), vec![vec![0, 1]]);
         let a = [mem("a.tgz!x/one.log", ""), mem("a.tgz!y/two.log", "")];
         assert_eq!(jobs(&a), vec![vec![0, 1]]);
+        // A repro cell folder, whatever its ranks' logs are called (Slurm's `rank%t.log`).
+        let c = [mem("c/002-X=b/harness.log", ""), mem("c/002-X=b/rank1.log", ""), mem("c/002-X=b/out.txt", "")];
+        assert_eq!(jobs(&c), vec![vec![0, 1, 2]]);
     }
 
     #[test]

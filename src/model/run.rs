@@ -18,6 +18,8 @@ pub const REPORT_FILE: &str = "report.md";
 pub const HARNESS_FILE: &str = "harness.log";
 /// A cell's raw stacks at the deadline, under the cell folder.
 pub const STACKS_DIR: &str = "stacks";
+/// The cell's one-line-per-thread stacks (`[epdoctor-stack]` lines) that explain reads.
+pub const STACKS_LOG: &str = "stacks.log";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -35,7 +35,7 @@ fn write_jobs(a: &Analysis, opts: &Options, md: &mut Md) -> String {
     }
     let mut s = String::new();
     let _ = writeln!(s, "{HEADING}**{}**: {} jobs\n", a.verdict.as_str(), a.jobs.len());
-    let _ = writeln!(s, "{}\n", prose(&md.text(&a.reason)));
+    let _ = writeln!(s, "{}\n", md.text(&a.reason));
     let _ = writeln!(s, "| job | verdict | files | primary |\n| ---: | --- | --- | --- |");
     for (i, j) in a.jobs.iter().enumerate() {
         let p = j.primary.as_ref().map(|p| format!("`{}`", p.rule)).unwrap_or_default();
@@ -70,6 +70,14 @@ pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
         Verdict::Unknown => "unknown: warnings no rule explains",
     };
     let _ = writeln!(s, "{HEADING}**{verdict}**\n");
+    // The text report's first lines: why this verdict, and how the run ended.
+    if !a.reason.is_empty() {
+        let _ = writeln!(s, "**Why:** {}\n", md.text(&a.reason));
+    }
+    // Where the first markers are, not their text (log text stays out of prose; JSON has it).
+    if let Some(o) = super::explain_text::outcome_line(a, false) {
+        let _ = writeln!(s, "**Outcome:** {}\n", inline(&md.text(&o)));
+    }
     for u in &a.unread {
         let _ = writeln!(s, "- not read: {}", md.text(u));
     }

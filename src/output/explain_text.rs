@@ -68,7 +68,7 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
         paint(a.verdict.as_str(), verdict_style(a.verdict)),
         reason
     );
-    if let Some(o) = outcome_line(a) {
+    if let Some(o) = outcome_line(a, true) {
         let _ = writeln!(s, "{} {}", paint("outcome:", Style::new().bold()), clip(&o, v, SHORT_WIDTH - 9));
         // (the markers themselves: --format json's outcome.success[] and outcome.failure[], or -v)
     }
@@ -134,18 +134,20 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
 
 /// `succeeded (2 success markers, first: f:12 `...`; no failure marker)`; none when the log has
 /// no marker of either kind and the verdict does not depend on it.
-fn outcome_line(a: &Analysis) -> Option<String> {
+/// How the run ended and its first markers (`text`: with their lines, as the text report shows
+/// them; Markdown names only where they are).
+pub(crate) fn outcome_line(a: &Analysis, text: bool) -> Option<String> {
     let o = &a.outcome;
     if o.success_markers == 0 && o.failure_markers == 0 && a.verdict == Verdict::Clean {
         return None;
     }
     let side = |n: u64, ev: &[crate::model::Evidence], what: &str| match ev.first() {
         Some(e) => format!(
-            "{n} {what} marker{}, first: {}:{} `{}`",
+            "{n} {what} marker{}, first: {}:{}{}",
             if n == 1 { "" } else { "s" },
             e.source,
             e.line,
-            e.text.trim()
+            if text { format!(" `{}`", e.text.trim()) } else { String::new() }
         ),
         None => format!("no {what} marker"),
     };

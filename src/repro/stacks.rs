@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 pub use crate::model::run::stack::{fold, fold_full, Frame, Thread};
 use std::collections::BTreeMap;
 
+pub use crate::model::run::STACKS_LOG;
 use crate::model::run::{Hung, LeftoverProcess, NodeStack, NodeStacks, ProcStack, StackGroup, STACKS_DIR};
-
-pub const STACKS_LOG: &str = "stacks.log";
 pub const STACK_PREFIX: &str = "[epdoctor-stack]";
 /// Which tools may be used, in order (`py-spy,eu-stack,gdb,proc`): a test hook, and a way to
 /// leave out a tool that misbehaves on a machine.

@@ -791,3 +791,19 @@ fn explain_path_help_names_the_archives() {
         assert!(help.contains(kind), "{kind}:\n{help}");
     }
 }
+
+/// Issue 43, point 4: the Markdown says how the run ended and why the verdict is what it is, as
+/// the text's first lines do (a benign report once never said the run succeeded).
+#[test]
+fn markdown_says_the_outcome_and_the_reason() {
+    let out = epdoctor()
+        .args(["explain", "examples/h200-nccl-2.22.3-abort-teardown.log", "--format", "md"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("**Outcome:** succeeded (2 success markers, first: "), "{md}");
+    assert!(md.contains("**Why:** the run succeeded"), "{md}");
+    // Where the markers are, not their log text: that stays in fenced blocks.
+    let outcome = md.lines().find(|l| l.starts_with("**Outcome:**")).unwrap();
+    assert!(!outcome.contains("epdoctor-harness"), "{outcome}");
+}
