@@ -137,12 +137,8 @@ fn clean(versions: &[String], yes: bool) -> Result<u8> {
     let rs = releases(versions)?;
     let c = Cache::from_env().fetch()?;
     if !yes {
-        let (entries, _) = c.list();
-        let named: Vec<String> = entries
-            .iter()
-            .filter(|e| rs.is_empty() || rs.iter().any(|r| r.to_string() == e.meta.release))
-            .map(|e| format!("{}-cu{}", e.meta.release, e.meta.cuda_major))
-            .collect();
+        let named: Vec<String> =
+            c.cleanable(&rs).iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
         if named.is_empty() {
             crate::output::print(&format!("nothing to remove in {}\n", c.root().display()))?;
             return Ok(crate::exit::OK);

@@ -164,41 +164,57 @@ impl Cache {
         self.read_entry(&target)
     }
 
-    /// Remove staging folders whose process is gone; returns them.
-    pub fn sweep(&self) -> Vec<PathBuf> {
-        let mut gone = Vec::new();
-        let Ok(rd) = std::fs::read_dir(&self.root) else { return gone };
+    /// Staging folders whose process is gone.
+    fn stale(&self) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        let mut out = Vec::new();
         for d in rd.flatten() {
             let name = d.file_name().to_string_lossy().into_owned();
             let Some(rest) = name.strip_prefix(TMP_PREFIX) else { continue };
             let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<i32>().ok());
-            let alive = pid.is_some_and(|p| p > 0 && std::path::Path::new(&format!("/proc/{p}")).exists());
-            if !alive && std::fs::remove_dir_all(d.path()).is_ok() {
-                gone.push(d.path());
+            if !pid.is_some_and(|p| p > 0 && std::path::Path::new(&format!("/proc/{p}")).exists()) {
+                out.push(d.path());
             }
         }
-        gone
+        out
     }
 
-    /// Remove entries (all, or those named `release-cu<major>` / every major of a release) and
-    /// staging folders of processes that are gone; returns (path, bytes) of what went.
-    pub fn clean(&self, only: &[Release]) -> Result<Vec<(PathBuf, u64)>> {
-        let mut out = Vec::new();
-        if only.is_empty() {
-            for p in self.sweep() {
-                out.push((p, 0));
+    /// Remove staging folders whose process is gone; returns them.
+    pub fn sweep(&self) -> Vec<PathBuf> {
+        self.stale().into_iter().filter(|p| std::fs::remove_dir_all(p).is_ok()).collect()
+    }
+
+    /// What `clean(only)` removes: the entries (all, or those of the releases named) and, when
+    /// all go, the staging folders of processes that are gone; sorted.
+    pub fn cleanable(&self, only: &[Release]) -> Vec<PathBuf> {
+        let mut out = if only.is_empty() { self.stale() } else { Vec::new() };
+        if let Ok(rd) = std::fs::read_dir(&self.root) {
+            for d in rd.flatten() {
+                let name = d.file_name().to_string_lossy().into_owned();
+                if parse_entry_name(&name).is_some_and(|(r, _)| only.is_empty() || only.contains(&r)) {
+                    out.push(d.path());
+                }
             }
         }
-        let Ok(rd) = std::fs::read_dir(&self.root) else { return Ok(out) };
-        for d in rd.flatten() {
-            let name = d.file_name().to_string_lossy().into_owned();
-            let Some((r, _)) = parse_entry_name(&name) else { continue };
-            if !only.is_empty() && !only.contains(&r) {
+        out.sort();
+        out
+    }
+
+    /// Remove what `cleanable(only)` names; returns (path, bytes) of what went (a staging folder
+    /// counts 0 bytes and is skipped if it cannot be removed).
+    pub fn clean(&self, only: &[Release]) -> Result<Vec<(PathBuf, u64)>> {
+        let mut out = Vec::new();
+        for p in self.cleanable(only) {
+            let staging = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(TMP_PREFIX));
+            if staging {
+                if std::fs::remove_dir_all(&p).is_ok() {
+                    out.push((p, 0));
+                }
                 continue;
             }
-            let bytes = dir_bytes(&d.path());
-            std::fs::remove_dir_all(d.path()).with_context(|| format!("removing {}", d.path().display()))?;
-            out.push((d.path(), bytes));
+            let bytes = dir_bytes(&p);
+            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+            out.push((p, bytes));
         }
         Ok(out)
     }
