@@ -33,16 +33,12 @@ pub fn group(inputs: &[Input]) -> Vec<Vec<usize>> {
         return vec![(0..n).collect()];
     }
     let mut sets = Sets::new(n);
+    let names: Vec<String> = inputs.iter().map(Input::name).collect();
     let mut by_key: HashMap<String, usize> = HashMap::new();
-    for (i, input) in inputs.iter().enumerate() {
-        if let Some(&j) = by_key.get(&name_key(&input.name())) {
-            sets.join(i, j);
-        } else {
-            by_key.insert(name_key(&input.name()), i);
-        }
+    for (i, name) in names.iter().enumerate() {
+        sets.tie(&mut by_key, name_key(name), i);
     }
     // A repro cell's folder: everything in it is the cell's one run.
-    let names: Vec<String> = inputs.iter().map(Input::name).collect();
     for (i, name) in names.iter().enumerate() {
         let Some(dir) = cell_dir(name) else { continue };
         for (j, other) in names.iter().enumerate() {
@@ -55,12 +51,7 @@ pub fn group(inputs: &[Input]) -> Vec<Vec<usize>> {
         let mut owner: HashMap<String, usize> = HashMap::new();
         for (i, input) in inputs.iter().enumerate() {
             for t in head_ties(input) {
-                match owner.get(&t) {
-                    Some(&j) => sets.join(i, j),
-                    None => {
-                        owner.insert(t, i);
-                    }
-                }
+                sets.tie(&mut owner, t, i);
             }
         }
     }
@@ -105,7 +96,6 @@ fn head_ties(input: &Input) -> Vec<String> {
         Regex::new(concat!(
             r"SLURM_JOB_ID[=: ]+(?P<slurm>\d+)|\*\*\* (?:JOB|STEP) (?P<slurm2>\d+)|srun: job (?P<slurm3>\d+)",
             r"|commId (?P<comm>0x[0-9a-f]{6,})",
-            r"|(?:^|[\s\]:])(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):\d+ \[\d+\] NCCL",
             r"|run_id[=: ]+'?(?P<run>[\w-]{4,})",
         ))
         .unwrap()
@@ -114,22 +104,27 @@ fn head_ties(input: &Input) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    let mut add = |t: String| {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    };
     while let Ok(Some(line)) = reader.next_line() {
         let line = String::from_utf8_lossy(line);
+        // NCCL's `host:pid:tid [dev]` head, read as the engine reads it (after any prefixes).
+        if line.contains(" NCCL ") {
+            let r = super::record::parse(super::prefix::strip_prefixes(&line).rest, None);
+            if let (Some(h), Some(p)) = (r.host, r.pid) {
+                add(format!("proc:{h}:{p}"));
+            }
+        }
         for c in TIES.captures_iter(&line) {
-            let t = if let Some(id) = c.name("slurm").or(c.name("slurm2")).or(c.name("slurm3")) {
-                format!("slurm:{}", id.as_str())
+            if let Some(id) = c.name("slurm").or(c.name("slurm2")).or(c.name("slurm3")) {
+                add(format!("slurm:{}", id.as_str()));
             } else if let Some(id) = c.name("comm") {
-                format!("comm:{}", id.as_str())
-            } else if let (Some(h), Some(p)) = (c.name("host"), c.name("pid")) {
-                format!("proc:{}:{}", h.as_str(), p.as_str())
+                add(format!("comm:{}", id.as_str()));
             } else if let Some(id) = c.name("run").filter(|r| r.as_str() != "none") {
-                format!("run:{}", id.as_str())
-            } else {
-                continue;
-            };
-            if !out.contains(&t) {
-                out.push(t);
+                add(format!("run:{}", id.as_str()));
             }
         }
     }
@@ -150,6 +145,15 @@ impl Sets {
         }
         i
     }
+    /// Join `i` to the input that owns `key` first, or make `i` its owner.
+    fn tie(&mut self, owner: &mut HashMap<String, usize>, key: String, i: usize) {
+        match owner.get(&key) {
+            Some(&j) => self.join(i, j),
+            None => {
+                owner.insert(key, i);
+            }
+        }
+    }
     fn join(&mut self, a: usize, b: usize) {
         let (a, b) = (self.root(a), self.root(b));
         // The earlier input stays the root, so jobs come in input order.
@@ -168,45 +172,45 @@ mod tests {
         Input::Memory { name: name.into(), text: text.into() }
     }
 
-    fn jobs(inputs: &[Input]) -> Vec<Vec<usize>> {
-        group(inputs)
-    }
-
     #[test]
     fn names_alike_but_for_numbers_or_streams_are_one_job() {
         let x = [mem("logs/rank0.log", ""), mem("logs/rank1.log", ""), mem("other/run.log", "")];
-        assert_eq!(jobs(&x), vec![vec![0, 1], vec![2]]);
+        assert_eq!(group(&x), vec![vec![0, 1], vec![2]]);
         let t = [mem("r/attempt_0/0/stdout.log", ""), mem("r/attempt_0/1/stderr.log", ""), mem("r/x.log", "")];
-        assert_eq!(jobs(&t), vec![vec![0, 1], vec![2]]);
+        assert_eq!(group(&t), vec![vec![0, 1], vec![2]]);
         let s = [mem("slurm-77.out", ""), mem("slurm-77.err", "")];
-        assert_eq!(jobs(&s), vec![vec![0, 1]]);
+        assert_eq!(group(&s), vec![vec![0, 1]]);
         let a = [mem("a.tgz!x/one.log", ""), mem("a.tgz!y/two.log", "")];
-        assert_eq!(jobs(&a), vec![vec![0, 1]]);
+        assert_eq!(group(&a), vec![vec![0, 1]]);
         // A repro cell folder, whatever its ranks' logs are called (Slurm's `rank%t.log`).
         let c = [mem("c/002-X=b/harness.log", ""), mem("c/002-X=b/rank1.log", ""), mem("c/002-X=b/out.txt", "")];
-        assert_eq!(jobs(&c), vec![vec![0, 1, 2]]);
+        assert_eq!(group(&c), vec![vec![0, 1, 2]]);
     }
 
     #[test]
     fn unrelated_files_are_jobs_of_their_own_unless_an_id_ties_them() {
         // examples/: a DeepEP test log and an H200 NCCL log.
         let x = [mem("deepep-intranode-teardown.log", "x\n"), mem("h200-nccl-2.22.3-abort-teardown.log", "y\n")];
-        assert_eq!(jobs(&x), vec![vec![0], vec![1]]);
+        assert_eq!(group(&x), vec![vec![0], vec![1]]);
         let nccl = "node1:4242:4300 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0xabcdef12 - Init START\n";
         let y = [mem("nccl.log", nccl), mem("traceback.txt", "RuntimeError: x\n"), mem("more.txt", nccl)];
-        assert_eq!(jobs(&y), vec![vec![0, 2], vec![1]]);
+        assert_eq!(group(&y), vec![vec![0, 2], vec![1]]);
+        // One process's NCCL head (behind torchrun's prefix in one file), no communicator line.
+        let warn = "[default0]:node1:4242:4300 [0] misc/socket.cc:71 NCCL WARN socketProgress: x\n";
+        let p = [mem("a.txt", warn), mem("b.txt", "node1:4242:4242 [0] NCCL INFO cudaDriverVersion 12080\n")];
+        assert_eq!(group(&p), vec![vec![0, 1]]);
         let slurm = [
             mem("a.txt", "srun: job 912345 queued and waiting for resources\n"),
             mem("b.txt", "slurmstepd: error: *** STEP 912345.0 ON n1 CANCELLED AT 2025-01-01 ***\n"),
         ];
-        assert_eq!(jobs(&slurm), vec![vec![0, 1]]);
+        assert_eq!(group(&slurm), vec![vec![0, 1]]);
         // torchrun's default run id says nothing.
         let none = [mem("a.txt", "run_id: none\n"), mem("b.txt", "run_id=none\n")];
-        assert_eq!(jobs(&none), vec![vec![0], vec![1]]);
+        assert_eq!(group(&none), vec![vec![0], vec![1]]);
     }
 
     #[test]
     fn stdin_is_read_once_so_it_joins_everything() {
-        assert_eq!(jobs(&[Input::Stdin, mem("b.log", "")]), vec![vec![0, 1]]);
+        assert_eq!(group(&[Input::Stdin, mem("b.log", "")]), vec![vec![0, 1]]);
     }
 }

@@ -10,6 +10,9 @@
 use super::prefix::Prefixed;
 use super::record::{is_exception_line, Level};
 
+/// How a traceback's detail names its innermost frame (rules with `frames` read the rest).
+pub const INNERMOST: &str = "innermost frame: ";
+
 /// Lines of one record past which it is closed anyway (a runaway block).
 const MAX_PARTS: usize = 64;
 /// Records open at once in one source (one per rank prefix).
@@ -176,7 +179,7 @@ impl Open {
     /// The finished record: the head gets what the body said about it.
     fn close(mut self) -> Vec<Part> {
         let detail = match self.kind {
-            Kind::Traceback => self.innermost.take().map(|f| format!("innermost frame: {f}")),
+            Kind::Traceback => self.innermost.take().map(|f| format!("{INNERMOST}{f}")),
             Kind::Crash => (!self.libs.is_empty()).then(|| format!("backtrace through {}", self.libs.join(", "))),
             Kind::Terminate => self.innermost.take(),
             _ => None,

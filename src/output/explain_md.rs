@@ -26,21 +26,27 @@ pub(crate) fn versions_said(a: &Analysis) -> [Result<String, String>; 2] {
     })
 }
 
+/// Learn every hostname first, so a name is masked even where it appears before the line that
+/// reveals it as a hostname.
+fn learn_hosts(a: &Analysis, md: &mut Md) {
+    for f in &a.findings {
+        f.evidence.iter().for_each(|e| md.learn(&e.text));
+    }
+    a.unexplained.iter().for_each(|u| md.learn(&u.text));
+}
+
 /// Several jobs: the verdict of the whole and a table of the jobs, then each job's own section.
 fn write_jobs(a: &Analysis, opts: &Options, md: &mut Md) -> String {
-    for j in &a.jobs {
-        for f in &j.findings {
-            f.evidence.iter().for_each(|e| md.learn(&e.text));
-        }
-    }
+    // The whole holds every job's findings and unexplained lines.
+    learn_hosts(a, md);
     let mut s = String::new();
     let _ = writeln!(s, "{HEADING}**{}**: {} jobs\n", a.verdict.as_str(), a.jobs.len());
     let _ = writeln!(s, "{}\n", md.text(&a.reason));
     let _ = writeln!(s, "| job | verdict | files | primary |\n| ---: | --- | --- | --- |");
     for (i, j) in a.jobs.iter().enumerate() {
         let p = j.primary.as_ref().map(|p| format!("`{}`", p.rule)).unwrap_or_default();
-        let files = md.text(&super::explain_text::job_sources(j)).replace('|', "\\|");
-        let _ = writeln!(s, "| {} | {} | {} | {p} |", i + 1, j.verdict.as_str(), inline(&files));
+        let files = md.text(&super::explain_text::job_sources(j));
+        let _ = writeln!(s, "| {} | {} | {files} | {p} |", i + 1, j.verdict.as_str());
     }
     for (i, j) in a.jobs.iter().enumerate() {
         let _ = writeln!(s, "\n#### Job {} of {}\n", i + 1, a.jobs.len());
@@ -56,12 +62,7 @@ pub(crate) fn write(a: &Analysis, opts: &Options, md: &mut Md) -> String {
     if !a.jobs.is_empty() {
         return write_jobs(a, opts, md);
     }
-    // Learn every hostname first, so a name is masked even where it appears before the line
-    // that reveals it as a hostname.
-    for f in &a.findings {
-        f.evidence.iter().for_each(|e| md.learn(&e.text));
-    }
-    a.unexplained.iter().for_each(|u| md.learn(&u.text));
+    learn_hosts(a, md);
     let mut s = String::new();
     let verdict = match a.verdict {
         Verdict::Clean => "clean: no warnings or errors",

@@ -15,11 +15,10 @@ fn verdict_style(v: Verdict) -> Style {
     }
 }
 
-/// Several jobs: the verdict of the whole, one line per job, then each job's own report.
-fn render_jobs(a: &Analysis, opts: &Options) -> String {
-    let mut s = String::new();
+/// `verdict: WORD  reason`: the reason wraps under itself; the verdict word stays first for grep.
+fn verdict_line(s: &mut String, a: &Analysis, verbose: bool) {
     let lead = "verdict: ".len() + a.verdict.as_str().len() + 2;
-    let reason = if opts.verbose { a.reason.clone() } else { wrap(&a.reason, SHORT_WIDTH - lead, lead) };
+    let reason = if verbose { a.reason.clone() } else { wrap(&a.reason, SHORT_WIDTH - lead, lead) };
     let _ = writeln!(
         s,
         "{} {}  {}",
@@ -27,6 +26,12 @@ fn render_jobs(a: &Analysis, opts: &Options) -> String {
         paint(a.verdict.as_str(), verdict_style(a.verdict)),
         reason
     );
+}
+
+/// Several jobs: the verdict of the whole, one line per job, then each job's own report.
+fn render_jobs(a: &Analysis, opts: &Options) -> String {
+    let mut s = String::new();
+    verdict_line(&mut s, a, opts.verbose);
     for u in &a.unread {
         let _ = writeln!(s, "{} {u}", paint("not read:", Style::new().yellow().bold()));
     }
@@ -58,16 +63,7 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
     }
     let mut s = String::new();
     let v = opts.verbose;
-    // The reason wraps under itself; the verdict word stays first on the line for grep.
-    let lead = "verdict: ".len() + a.verdict.as_str().len() + 2;
-    let reason = if v { a.reason.clone() } else { wrap(&a.reason, SHORT_WIDTH - lead, lead) };
-    let _ = writeln!(
-        s,
-        "{} {}  {}",
-        paint("verdict:", Style::new().bold()),
-        paint(a.verdict.as_str(), verdict_style(a.verdict)),
-        reason
-    );
+    verdict_line(&mut s, a, v);
     if let Some(o) = outcome_line(a, true) {
         let _ = writeln!(s, "{} {}", paint("outcome:", Style::new().bold()), clip(&o, v, SHORT_WIDTH - 9));
         // (the markers themselves: --format json's outcome.success[] and outcome.failure[], or -v)

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::state::{proc_key, FastMap, Hit, State, PID_BITS};
+use super::state::{pid_of_key, proc_key, FastMap, Hit, State};
 use crate::log;
 
 /// Which rank a hit belongs to: its own prefix or line, else its (host, pid) from NCCL's init
@@ -10,7 +10,7 @@ use crate::log;
 /// name says (never for a launcher's line).
 pub(crate) struct Ranks {
     pub(crate) map: FastMap<u64, (u32, u32)>,
-    /// Pids (their low `PID_BITS`) that name one rank whatever the host.
+    /// Pids (as `pid_of_key` keeps them) that name one rank whatever the host.
     pub(crate) pid_only: HashMap<u32, u32>,
     pub(crate) source_ranks: Vec<BTreeSet<u32>>,
     /// What each input's file or folder name says (`rank3.log`, `attempt_0/3/stderr.log`, ...).
@@ -22,7 +22,7 @@ impl Ranks {
         let map = std::mem::take(&mut st.rank_map);
         let mut m: HashMap<u32, Option<u32>> = HashMap::new();
         for (key, (rank, _)) in &map {
-            let e = m.entry(pid_bits(*key)).or_insert(Some(*rank));
+            let e = m.entry(pid_of_key(*key)).or_insert(Some(*rank));
             if *e != Some(*rank) {
                 *e = None;
             }
@@ -35,7 +35,7 @@ impl Ranks {
     pub(crate) fn of(&self, h: &Hit) -> Option<u32> {
         h.rank
             .or_else(|| h.pid.and_then(|p| self.map.get(&proc_key(h.host.as_deref().unwrap_or(""), p)).map(|x| x.0)))
-            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&pid_bits(u64::from(p))).copied()))
+            .or_else(|| h.pid.and_then(|p| self.pid_only.get(&pid_of_key(u64::from(p))).copied()))
             // The file's own content (`[rank6]:`, `rank 6 nRanks 8`) before what its name says: a
             // torchrun `--log-dir` folder names the local rank, the lines the global one.
             .or_else(|| {
@@ -48,8 +48,4 @@ impl Ranks {
                 log::NameHint::HostPid { host, pid } => self.map.get(&proc_key(host, *pid)).map(|x| x.0),
             })
     }
-}
-
-fn pid_bits(key: u64) -> u32 {
-    (key & ((1 << PID_BITS) - 1)) as u32
 }

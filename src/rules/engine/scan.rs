@@ -327,7 +327,7 @@ impl Engine {
         let phase = src.phase;
         cands.retain(|&r| self.rules[r].def.phase.allows(phase));
         // Harmless by origin: only a traceback raised where the rule says (its innermost frame).
-        let innermost = l.detail.and_then(|d| d.strip_prefix("innermost frame: "));
+        let innermost = l.detail.and_then(|d| d.strip_prefix(log::records::INNERMOST));
         cands.retain(|&r| self.rules[r].frames.as_ref().is_none_or(|f| innermost.is_some_and(|i| f.is_match(i))));
         // Highest priority first, then file order.
         cands.sort_by_key(|&r| (-self.rules[r].def.priority, r));

@@ -42,9 +42,10 @@ pub(crate) struct Hit {
 
 /// Maps and sets asked on every filed line: a fast hash (the keys are no attacker's choice to flood).
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// The low bits of a `proc_key`: Linux pids fit 22 bits (PID_MAX_LIMIT).
-pub(crate) const PID_BITS: u32 = 22;
+const PID_BITS: u32 = 22;
 
 /// A process as the rank map keys it: a hash of its host above its pid, in one u64, so that the
 /// map of a million-rank job holds 16 bytes an entry, not a host name each. FNV-1a: the same key
@@ -57,7 +58,11 @@ pub(crate) fn proc_key(host: &str, pid: u32) -> u64 {
     }
     (h << PID_BITS) ^ u64::from(pid)
 }
-pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// The pid bits of a `proc_key`.
+pub(crate) fn pid_of_key(key: u64) -> u32 {
+    (key & ((1 << PID_BITS) - 1)) as u32
+}
 
 /// (rank, host, pid, source, launcher) of the lines of a group, for its ranks list.
 pub(crate) type Who = (Option<u32>, Option<String>, Option<u32>, usize, bool);
