@@ -10,7 +10,7 @@ use crate::model::run::LauncherKind;
 #[derive(Debug, Parser)]
 #[command(
     name = "epdoctor",
-    version = crate::VERSION_LINE,
+    version = crate::meta::VERSION_LINE,
     about = "Reproduce and triage NCCL, PyTorch distributed, NVSHMEM and DeepEP warnings",
     long_about = "Reproduce and triage the warnings NCCL, PyTorch distributed, NVSHMEM and DeepEP print, \
 above all at process teardown: is it harmless noise or the real failure, what caused it, and what fixes it.",

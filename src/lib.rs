@@ -11,6 +11,7 @@ pub(crate) mod exit;
 pub mod flight;
 pub mod lint;
 pub mod log;
+pub mod meta;
 pub mod model;
 pub mod nccl;
 pub(crate) mod output;
@@ -22,12 +23,6 @@ pub mod worker;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
-
-/// Built-in files (rules, fixtures, kernels) as (path relative to the repository, content).
-pub static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
-
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-pub const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (rev ", env!("EPDOCTOR_GIT_REV"), ")");
 
 /// Parse `args` (program name first) and run the command; the exit status follows src/exit.rs.
 pub fn run<I, T>(args: I) -> ExitCode

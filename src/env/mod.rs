@@ -115,7 +115,7 @@ pub fn collect(src: &Sources) -> EnvReport {
 
     let mut r = EnvReport {
         schema_version: ENV_SCHEMA_VERSION,
-        tool_version: crate::VERSION.to_string(),
+        tool_version: crate::meta::VERSION.to_string(),
         host,
         gpu,
         libraries,

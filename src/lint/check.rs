@@ -358,7 +358,7 @@ pub fn parse_file(origin: &str, text: &str) -> Result<Vec<Check>> {
 pub fn builtin() -> Result<Vec<Check>> {
     let mut out: Vec<Check> = Vec::new();
     let mut seen = HashSet::new();
-    for (path, text) in crate::EMBEDDED.iter().filter(|(p, _)| p.starts_with(DIR) && p.ends_with(".toml")) {
+    for (path, text) in crate::meta::EMBEDDED.iter().filter(|(p, _)| p.starts_with(DIR) && p.ends_with(".toml")) {
         for c in parse_file(path, text)? {
             if !seen.insert(c.def.id.clone()) {
                 bail!("lint check `{}` is defined twice (second in {path})", c.def.id);

@@ -236,7 +236,7 @@ fn run(sources: Vec<(String, String, torch::TorchEnv)>, threads: Option<usize>) 
     let same = first.filter(|e| envs.iter().all(|x| x == *e));
     Ok(LintReport {
         schema_version: SCHEMA_VERSION,
-        tool_version: crate::VERSION.to_string(),
+        tool_version: crate::meta::VERSION.to_string(),
         torch_version: same.and_then(|e| e.exact).map(|v| v.to_string()),
         files: names,
         checks: active,

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use super::launch::{signal_group, HARNESS_PREFIX};
 
 pub use crate::model::run::{LeftoverProcess, Leftovers};
-use crate::sys::names::{is_gpu_node, is_nccl_shm, is_nccl_socket};
+use crate::sys::names::{ends_on_its_own, is_gpu_node, is_nccl_shm, is_nccl_socket};
 use crate::sys::procs::{self, FdTarget};
 
 /// How a process is recognised as the cell's: its process group, or this variable in its environment
@@ -32,6 +32,10 @@ pub fn lines(l: &Leftovers) -> Vec<String> {
 
 /// How long exiting processes get before they count as left behind.
 const SETTLE: Duration = Duration::from_millis(500);
+/// How long a helper that ends by itself (`names::ends_on_its_own`) gets beyond that, when it is
+/// all that is left: it exits only after its last client has, and a rank's CUDA teardown can
+/// keep a client around for seconds.
+const HELPER_GRACE: Duration = Duration::from_secs(10);
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// This host's part of what a cell left behind: once its processes had `SETTLE` to exit, the
@@ -180,12 +184,14 @@ fn open_files(dir: &Path) -> (Vec<String>, Vec<u64>) {
     (devs, socks)
 }
 
-/// Wait up to `settle` for the cell's processes to finish exiting, then return those still alive.
+/// Wait up to `settle` for the cell's processes to finish exiting (up to `HELPER_GRACE` more while
+/// only helpers that end by themselves are left), then return those still alive.
 pub fn settle(m: &Membership, settle: Duration) -> Vec<LeftoverProcess> {
-    let until = Instant::now() + settle;
+    let start = Instant::now();
     loop {
         let left = cell_processes(m);
-        if left.is_empty() || Instant::now() >= until {
+        let limit = if left.iter().all(|p| ends_on_its_own(&p.cmd)) { settle + HELPER_GRACE } else { settle };
+        if left.is_empty() || start.elapsed() >= limit {
             return left;
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -266,6 +272,43 @@ garbage line that must not hide the others
         let me = LeftoverProcess { socket_inodes, ..Default::default() };
         assert!(held_sockets(&[me]).contains(&format!("@{name}")));
         assert!(held_sockets(&[LeftoverProcess::default()]).is_empty(), "held by nobody of the cell");
+    }
+
+    /// A stand-in for Python's resource tracker (one python3 process whose `-c` text starts as the
+    /// tracker's does) that leaves 1.5 s after the cell is no leftover; the same sleep under
+    /// another command line is one, as is the helper beside a process that stays.
+    #[test]
+    fn a_helper_that_ends_by_itself_gets_its_grace() {
+        use std::os::unix::process::CommandExt;
+        const TRACKER: &str = "from multiprocessing.resource_tracker import main";
+        let spawn = |head: &str, secs: u32| {
+            std::process::Command::new("python3")
+                .args(["-c", &format!("{head}; import time; time.sleep({secs} / 10)")])
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let quick = Duration::from_millis(300);
+        let mut tracker = spawn(TRACKER, 15);
+        let m = Membership { pgids: vec![tracker.id() as i32], env: None, orphans: false };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(settle(&m, quick).is_empty(), "the tracker stand-in left within its grace");
+        tracker.wait().unwrap();
+
+        let mut other = spawn("import sys", 15);
+        let m = Membership { pgids: vec![other.id() as i32], env: None, orphans: false };
+        assert_eq!(settle(&m, quick).len(), 1, "any other process gets the short settle only");
+        other.wait().unwrap();
+
+        let (mut t, mut o) = (spawn(TRACKER, 300), spawn("import sys", 300));
+        let m = Membership { pgids: vec![t.id() as i32, o.id() as i32], env: None, orphans: false };
+        let started = Instant::now();
+        assert_eq!(settle(&m, quick).len(), 2);
+        assert!(started.elapsed() < HELPER_GRACE, "a process that stays does not wait for the helper's grace");
+        for c in [&mut t, &mut o] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
     }
 
     #[test]

@@ -354,7 +354,7 @@ fn new_run(plan: &Plan, args: &Config) -> Run {
     let lint = crate::lint::for_command(&command);
     Run {
         schema_version: result::SCHEMA_VERSION,
-        tool_version: crate::VERSION_LINE.to_string(),
+        tool_version: crate::meta::VERSION_LINE.to_string(),
         status: RunStatus::Running,
         interrupted_by: None,
         started: local_time("%Y-%m-%d %H:%M:%S"),

@@ -49,6 +49,10 @@ pub struct RuleDef {
     pub symptom: bool,
     #[serde(default)]
     pub demote_on_failure: bool,
+    /// What the run left behind (a process, a file, a socket): actionable, and reported with how
+    /// the run ended, never as the cause of the other lines (no teardown noise becomes its symptom).
+    #[serde(default)]
+    pub left_behind: bool,
     #[serde(default)]
     pub priority: i32,
     /// A quiet precursor: the line (often INFO) names a cause, but alone it is no failure. The
@@ -259,7 +263,7 @@ pub fn load_outcome_markers() -> Result<Vec<OutcomeMarker>> {
 }
 
 pub fn embedded() -> &'static [(&'static str, &'static str)] {
-    crate::EMBEDDED
+    crate::meta::EMBEDDED
 }
 
 /// Built-in rule files: `rules/*.toml` except the phase and fingerprint tables.

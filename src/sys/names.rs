@@ -29,6 +29,17 @@ pub fn is_nvidia_node(path: &str) -> bool {
     path.starts_with("/dev/nvidia")
 }
 
+/// Helper processes that end by themselves once the processes they serve are gone, so one seen
+/// alive a moment after the job is no leftover yet: Python's multiprocessing resource tracker
+/// (`mp.spawn`, torch's DataLoader) and forkserver read a pipe from their clients and exit at its
+/// end of file (CPython Lib/multiprocessing/resource_tracker.py `main`, forkserver.py `main`);
+/// `semaphore_tracker` is the tracker's name before Python 3.8.
+pub fn ends_on_its_own(cmd: &str) -> bool {
+    ["multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker"]
+        .iter()
+        .any(|m| cmd.contains(&format!("from {m} import main")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +54,11 @@ mod tests {
             assert!(!is_gpu_node(p), "{p}");
         }
         assert!(is_nvidia_node("/dev/nvidiactl") && !is_nvidia_node("/dev/null"));
+        // The command line mp.spawn's tracker runs with (seen in a DeepEP cell on the H100).
+        assert!(ends_on_its_own("python3 -B -c from multiprocessing.resource_tracker import main;main(3)"));
+        assert!(ends_on_its_own(
+            "/usr/bin/python3 -c from multiprocessing.forkserver import main; main(7, 8, ['__main__'])"
+        ));
+        assert!(!ends_on_its_own("python3 train.py --resource_tracker") && !ends_on_its_own("sleep 60"));
     }
 }

@@ -9,14 +9,12 @@ use anyhow::{bail, Context, Result};
 use cudarc::nvrtc::sys as nv;
 use sha2::{Digest, Sha256};
 
-static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
-
 /// Bumped when the compile options or the cache format change.
 const CACHE_SALT: &str = "epdoctor-kernels-v1";
 
 /// `(path, content)` of every embedded `kernels/` file.
 pub fn sources() -> impl Iterator<Item = (&'static str, &'static str)> {
-    EMBEDDED.iter().copied().filter(|(p, _)| p.starts_with("kernels/"))
+    crate::meta::EMBEDDED.iter().copied().filter(|(p, _)| p.starts_with("kernels/"))
 }
 
 /// The compilation units (`kernels/*.cu`).

@@ -421,13 +421,14 @@ impl Engine {
             verdict::verdict(&findings, total_unexplained, unrelated.count, !unread.is_empty())
         };
         let primary = primary_idx.map(|i| findings[i].finding.clone());
+        let left_behind = primary_idx.is_some_and(|i| self.rules[findings[i].rule].def.left_behind);
         let undecided: Vec<String> = findings.iter().filter(|c| c.undecided).map(|c| c.finding.rule.clone()).collect();
         for (s, ranks) in st.inputs.iter_mut().zip(&st.source_ranks) {
             s.ranks = ranks.iter().copied().collect();
         }
         let mut a = Analysis {
             schema_version: SCHEMA_VERSION,
-            tool_version: crate::VERSION.to_string(),
+            tool_version: crate::meta::VERSION.to_string(),
             verdict,
             torch_version: vs.torch_out(),
             nccl_version: vs.nccl_out,
@@ -444,7 +445,7 @@ impl Engine {
             reason: String::new(),
             jobs: Vec::new(),
         };
-        a.reason = verdict::reason(&a, &undecided);
+        a.reason = verdict::reason(&a, &undecided, left_behind);
         a
     }
 }

@@ -415,3 +415,23 @@ fn chunked_reading_gives_the_json_of_one_thread_when_records_straddle_chunk_ends
     e.set_chunking(61, 2);
     assert!(e.chunked_source(&Input::File(gz), true, None).is_none());
 }
+
+/// A process left behind by a run that succeeded is actionable, told beside the outcome; the
+/// run's harmless teardown warning stays noise (it is no symptom of the leftover). Before
+/// `left_behind`, the warning was turned into "a consequence of" the leftover.
+#[test]
+fn what_a_run_left_behind_causes_none_of_its_lines() {
+    let e = engine();
+    let fixture = schema::builtin_fixtures()
+        .find(|(p, _)| p.ends_with("harness-leftover-beside-noise.log"))
+        .expect("the fixture")
+        .1;
+    let inputs: Vec<Input> =
+        crate::rules::fixtures::parse("f", fixture).unwrap().files.into_iter().map(|(n, t)| mem(&n, t)).collect();
+    let a = e.analyze(&inputs, &Options::default()).unwrap();
+    assert_eq!(a.verdict, Verdict::Actionable);
+    assert_eq!(a.primary.as_ref().map(|p| p.rule.as_str()), Some("harness-leftover"));
+    let noise = a.findings.iter().find(|f| f.rule == "torch-no-destroy-process-group").expect("fires");
+    assert!(noise.benign && noise.context.is_none(), "{noise:?}");
+    assert!(a.reason.starts_with("the run succeeded") && a.reason.contains("left something behind"), "{}", a.reason);
+}

@@ -8,7 +8,8 @@ impl Engine {
     /// Any failure in the run (a cause, a symptom such as a non-zero exit, a failure marker)
     /// turns teardown noise into symptoms of it.
     pub(crate) fn demote(&self, findings: &mut [Cand], primary_idx: Option<usize>, outcome: RunOutcome) {
-        let cause = primary_idx.filter(|&i| findings[i].actionable()).map(|i| {
+        let cause = primary_idx.filter(|&i| findings[i].actionable() && !self.rules[findings[i].rule].def.left_behind);
+        let cause = cause.map(|i| {
             let p = &findings[i].finding;
             (p.rule.clone(), p.evidence.first().map(|e| format!("{}:{}", e.source, e.line)).unwrap_or_default())
         });
@@ -48,8 +49,9 @@ pub(crate) fn verdict(findings: &[Cand], total_unexplained: u64, unrelated: u64,
 }
 
 /// The verdict's reason in one line: what decided it, from the same facts the verdict step used
-/// (`undecided`: the teardown-kind rules that made it `unknown`).
-pub(crate) fn reason(a: &Analysis, undecided: &[String]) -> String {
+/// (`undecided`: the teardown-kind rules that made it `unknown`; `left_behind`: the primary is
+/// something the run left behind, told beside how it ended).
+pub(crate) fn reason(a: &Analysis, undecided: &[String], left_behind: bool) -> String {
     let o = &a.outcome;
     let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
     let run = match o.status {
@@ -91,7 +93,11 @@ pub(crate) fn reason(a: &Analysis, undecided: &[String]) -> String {
         Verdict::Actionable => match &a.primary {
             Some(p) => {
                 let at = p.evidence.first().map(|e| format!(" ({}:{})", e.source, e.line)).unwrap_or_default();
-                format!("`{}`{at} is the cause; {run}", p.rule)
+                if left_behind {
+                    format!("{run}, but it left something behind: `{}`{at}", p.rule)
+                } else {
+                    format!("`{}`{at} is the cause; {run}", p.rule)
+                }
             }
             None => run,
         },
