@@ -197,10 +197,23 @@ impl Open {
                 }
             }
             None if self.kind == Kind::Traceback => {
-                // Cut before its exception: the opener is all there is; the engine lists it.
-                if let Some(first) = self.parts.first_mut() {
-                    first.role = Role::Match;
-                    first.flags.incomplete = true;
+                // Cut before its exception line. When the innermost frame's source line raises a
+                // named exception, that line says what the missing one would: it is the head.
+                let uncaught = self.from_module && !self.ignored;
+                match self.parts.last_mut().and_then(|l| raised(&l.msg).map(|m| (l, m))) {
+                    Some((last, msg)) => {
+                        last.msg = msg;
+                        last.role = Role::Match;
+                        last.flags = Flags { incomplete: true, uncaught, ignored: self.ignored, ..Flags::default() };
+                        last.detail = detail;
+                    }
+                    None => {
+                        // The opener is all there is; the engine lists it.
+                        if let Some(first) = self.parts.first_mut() {
+                            first.role = Role::Match;
+                            first.flags.incomplete = true;
+                        }
+                    }
                 }
             }
             None => {}
@@ -480,6 +493,26 @@ fn continue_traceback(o: &mut Open, line: u64, raw: &str, p: &Prefixed<'_>) -> b
             true
         }
     }
+}
+
+/// A frame's source line `raise Name(args)` -> the exception line it would print, `Name: args`
+/// (a single string literal unquoted); None for a bare `raise` or a name that is no exception.
+fn raised(src: &str) -> Option<String> {
+    let call = src.trim().strip_prefix("raise ")?.trim_end();
+    let (name, args) = match call.find('(') {
+        Some(i) if call.ends_with(')') => (&call[..i], call[i + 1..call.len() - 1].trim()),
+        Some(_) => return None,
+        None => (call, ""),
+    };
+    if !is_exception_line(name) || name.contains(char::is_whitespace) {
+        return None;
+    }
+    let unquoted = ['"', '\'']
+        .iter()
+        .find_map(|&q| args.strip_prefix(q)?.strip_suffix(q).filter(|s| !s.contains(q)))
+        .or_else(|| ["f\"", "f'"].iter().find_map(|q| args.strip_prefix(q)?.strip_suffix(&q[1..])));
+    let what = unquoted.unwrap_or(args);
+    Some(if what.is_empty() { name.to_string() } else { format!("{name}: {what}") })
 }
 
 /// A line that begins a message of its own, so it cannot continue another one.
@@ -856,5 +889,27 @@ mod tests {
         let recs = run(&["Traceback (most recent call last):", "  File \"t.py\", line 1, in f"]);
         assert!(recs[0][0].flags.incomplete);
         assert_eq!(recs[0][0].role, Role::Match);
+    }
+
+    /// A paste cut after the innermost frame's `raise` (LLaMA-Factory #8323's log ends there): the
+    /// raise line stands for the exception line it would have printed.
+    #[test]
+    fn cut_traceback_ending_in_a_raise_reads_the_raise() {
+        let recs = run(&[
+            "[rank0]: Traceback (most recent call last):",
+            "[rank0]:   File \"/x/launcher.py\", line 23, in <module>",
+            "[rank0]:     launch()",
+            "[rank0]:   File \"/x/loader.py\", line 272, in _get_preprocessed_dataset",
+            "[rank0]:     raise RuntimeError(\"Cannot find valid samples, check `data/README.md` for the data format.\")",
+        ]);
+        let head = recs[0].iter().find(|p| p.role == Role::Match).unwrap();
+        assert_eq!(head.msg, "RuntimeError: Cannot find valid samples, check `data/README.md` for the data format.");
+        assert!(head.raw.contains("raise RuntimeError(") && head.flags.uncaught && head.flags.incomplete);
+        assert!(head.detail.as_deref().is_some_and(|d| d.contains("loader.py")), "{:?}", head.detail);
+        assert_eq!(raised("raise ValueError(f'bad {x}')").as_deref(), Some("ValueError: bad {x}"));
+        assert_eq!(raised("raise errors.DistError").as_deref(), Some("errors.DistError"));
+        for not in ["raise", "raise exc", "raise RuntimeError(msg) from e", "return RuntimeError('x')"] {
+            assert_eq!(raised(not), None, "{not}");
+        }
     }
 }

@@ -382,8 +382,17 @@ impl Engine {
 
         let mut unexplained_hits = grouped.unexplained;
         unexplained_hits.sort_by(|a, b| st.canon(a).cmp(&st.canon(b)));
+        let failed = (outcome.status == crate::model::RunOutcome::Failed)
+            .then(|| {
+                st.outcomes
+                    .iter()
+                    .filter(|(o, _)| *o == schema::Outcome::Failed)
+                    .map(|(_, h)| h)
+                    .min_by_key(|h| st.canon(h))
+            })
+            .flatten();
         let primary_idx = self
-            .unexplained_cause(&mut findings, primary_idx, &mut unexplained_hits, &st, &ranks, opts)
+            .unexplained_cause(&mut findings, primary_idx, failed, &mut unexplained_hits, &st, &ranks, opts)
             .or(primary_idx);
         let total_unexplained = unexplained_hits.len() as u64 + grouped.extra_unexplained;
         let templates = opts.templates.then(|| {

@@ -102,39 +102,50 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
 }
 
 impl Engine {
-    /// A reaction with no cause in sight as the primary (a generic banner, `wrapper = 2`: torchrun's
-    /// SIGTERM of the other workers, a crash or exception summary): the last error line no rule
-    /// reads, printed before it in the same input, is the likely cause. It becomes a finding of its
-    /// own (`unexplained-cause`), the primary, and leaves the unexplained list. Returns its index.
+    /// A reaction with no cause in sight: a generic banner as the primary (`wrapper = 2`: torchrun's
+    /// SIGTERM of the other workers, a crash or exception summary), or, with nothing actionable at
+    /// all, the run's first failure marker (a launcher's failure line, a fatal log line). The last
+    /// error line no rule reads, printed before it in the same input (or the marker itself, when
+    /// no rule reads that), is the likely cause. It becomes a finding of its own
+    /// (`unexplained-cause`), the primary, and leaves the unexplained list. Returns its index.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn unexplained_cause(
         &self,
         findings: &mut Vec<Cand>,
         picked: Option<usize>,
+        failed: Option<&Hit>,
         unexplained: &mut Vec<Hit>,
         st: &State,
         ranks: &super::ranks::Ranks,
         opts: &super::Options,
     ) -> Option<usize> {
         let rule = self.unexplained_cause?;
-        let p = &findings[picked?];
-        if !p.actionable() || p.wrapper < 2 {
-            return None;
-        }
+        let (reaction, why) = match picked.map(|i| &findings[i]) {
+            Some(p) if p.actionable() && p.wrapper >= 2 => (
+                &p.first,
+                format!("`{}` (line {}), which reacts to a failure without naming it", p.finding.rule, p.first.line),
+            ),
+            _ if findings.iter().any(|c| c.actionable()) => return None,
+            _ => {
+                let m = failed?;
+                (m, format!("the run's first failure marker (line {}), and no rule reads what failed", m.line))
+            }
+        };
         let errorish = |h: &Hit| {
             !h.chatter
                 && (crate::log::record::level_of(&h.text) == crate::log::record::Level::Error
                     || crate::log::record::looks_like_error(&h.text))
         };
-        let at = unexplained
-            .iter()
-            .rposition(|h| h.source == p.first.source && errorish(h) && happened_before(h, &p.first) == Some(true))?;
-        let (reaction, line) = (p.finding.rule.clone(), p.first.line);
+        let at = unexplained.iter().rposition(|h| {
+            h.source == reaction.source
+                && errorish(h)
+                && (happened_before(h, reaction) == Some(true) || h.line == reaction.line)
+        })?;
         let h = unexplained.remove(at);
         let acc = super::findings::Acc { count: 1, causes: 1, loud: 1, hits: vec![h], ..Default::default() };
         let mut c = self.findings(std::iter::once((rule, acc)).collect(), st, ranks, opts).pop()?;
         c.finding.add_context(format!(
-            "no rule reads this line; it is the last error printed before `{reaction}` (line {line}), which \
-             reacts to a failure without naming it, so it is the likely cause"
+            "no rule reads this line; it is the last error printed before {why}, so it is the likely cause"
         ));
         // Display order is where each finding first appears.
         let at = findings.iter().position(|f| st.canon(&f.first) > st.canon(&c.first)).unwrap_or(findings.len());
