@@ -249,7 +249,12 @@ fn head_level(t: &str) -> Option<Level> {
     let b = t.as_bytes();
     let head = &b[..b.len().min(HEAD)];
     let before_ok = |i: usize| i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'|' | b'[' | b'(' | b'<');
-    let after_ok = |j: usize| j < b.len() && matches!(b[j], b' ' | b'\t' | b'|' | b']' | b')' | b'>' | b':');
+    // ... and a message follows it (`NCCL_DEBUG: WARN` with trailing blanks is a setting's value).
+    let after_ok = |j: usize| {
+        j < b.len()
+            && matches!(b[j], b' ' | b'\t' | b'|' | b']' | b')' | b'>' | b':')
+            && b[j..].iter().any(|c| c.is_ascii_alphanumeric())
+    };
     let (mut i, mut depth) = (0, 0u32);
     while i < head.len() {
         match head[i] {
@@ -274,6 +279,21 @@ fn head_level(t: &str) -> Option<Level> {
         i = end.max(i + 1);
     }
     None
+}
+
+/// One setting and its value, as option dumps print them (`NCCL_DEBUG: WARN`, ProcessGroupNCCL's
+/// `initialized with following options:` block, `TORCH_CPP_LOG_LEVEL=ERROR`): an upper-case name, `:`
+/// or `=`, one word. A level word there is a value, not a level.
+fn is_setting(t: &str) -> bool {
+    let t = t.trim();
+    let Some(i) = t.find([':', '=']) else { return false };
+    let (name, value) = (t[..i].trim_end(), t[i + 1..].trim());
+    name.len() >= 3
+        && name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || matches!(c, b'_' | b'(' | b')'))
+        && name.contains('_')
+        && !value.is_empty()
+        && !value.contains(char::is_whitespace)
 }
 
 /// `UserWarning: ...`, `torch.distributed.SomeWarning: ...` at the line's start: the category line
@@ -358,6 +378,7 @@ pub fn looks_like_error(line: &str) -> bool {
         || t.starts_with("frame #")
         || t.trim_end() == "Last error:"
         || is_heading_or_header(t)
+        || is_setting(t)
     {
         return false;
     }
@@ -903,9 +924,17 @@ mod tests {
             "    warnings.warn(\"x\", FutureWarning)",
             // A tag is one word: prose before the colon is no tag.
             "the run says: Warning: none of this is a level",
+            // ProcessGroupNCCL's option dump, trailing blanks as pasted (pytorch#105695).
+            "NCCL_DEBUG: WARN                    ",
         ];
         for l in none {
             assert_ne!(level_of(l), Level::Warn, "{l}");
+        }
+        for l in ["TORCH_CPP_LOG_LEVEL: ERROR", "NCCL_DEBUG: WARN  ", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"] {
+            assert!(!looks_like_error(l) && level_of(l) < Level::Warn, "a setting: {l}");
+        }
+        for l in ["NCCL_SOCKET: connection failed", "JOB_STATUS: FAILED (exit 3)"] {
+            assert!(looks_like_error(l), "a message: {l}");
         }
     }
 

@@ -388,7 +388,12 @@ impl Assembler {
             Kind::Terminate => {
                 if let Some(w) = msg.strip_prefix("what():") {
                     o.innermost = Some(format!("what(): {}", w.trim()));
-                    o.push_continuation(line, raw, p);
+                    // The uncaught exception's own message, an error by nature: read like any
+                    // error line (listed when no rule reads it), not as a continuation of the head.
+                    o.push(line, raw, p, Role::Match, msg.to_string(), Flags::default());
+                    if let Some(last) = o.parts.last_mut() {
+                        last.origin.level = Some(Level::Error);
+                    }
                     return true;
                 }
                 if is_frame_line(msg) || msg.starts_with("Exception raised from") {
@@ -805,6 +810,9 @@ mod tests {
         assert!(head.detail.as_deref().unwrap().starts_with("what(): [PG ID 0"), "{:?}", head.detail);
         // The what() line is matched on its own: it is the line that names the error.
         assert!(recs[0][1].msg.starts_with("what():") && recs[0][1].role == Role::Match);
+        // An error by nature, listed when no rule reads it (the engine's unexplained-cause).
+        assert_eq!(recs[0][1].origin.level, Some(Level::Error));
+        assert!(!recs[0][1].flags.continuation);
         assert_eq!(recs.len(), 2);
     }
 

@@ -136,17 +136,28 @@ impl Engine {
                 && (crate::log::record::level_of(&h.text) == crate::log::record::Level::Error
                     || crate::log::record::looks_like_error(&h.text))
         };
-        let at = unexplained.iter().rposition(|h| {
-            h.source == reaction.source
-                && errorish(h)
-                && (happened_before(h, reaction) == Some(true) || h.line == reaction.line)
+        // The message the reaction's own record carries (C++ terminate's `what():` line) names
+        // the error best; else the last error line before the reaction.
+        let payload = reaction.detail.as_deref().and_then(|d| d.strip_prefix("what(): ")).map(str::trim);
+        let carried = |h: &Hit| {
+            // A prefix: the hit's text may be clipped.
+            payload.is_some_and(|w| {
+                let w: String = w.chars().take(60).collect();
+                !w.is_empty() && h.line > reaction.line && h.text.contains(&w)
+            })
+        };
+        let at = unexplained.iter().position(|h| h.source == reaction.source && carried(h)).or_else(|| {
+            unexplained.iter().rposition(|h| {
+                h.source == reaction.source
+                    && errorish(h)
+                    && (happened_before(h, reaction) == Some(true) || h.line == reaction.line)
+            })
         })?;
         let h = unexplained.remove(at);
         let acc = super::findings::Acc { count: 1, causes: 1, loud: 1, hits: vec![h], ..Default::default() };
         let mut c = self.findings(std::iter::once((rule, acc)).collect(), st, ranks, opts).pop()?;
-        c.finding.add_context(format!(
-            "no rule reads this line; it is the last error printed before {why}, so it is the likely cause"
-        ));
+        let place = if carried(&c.first) { "the message carried by" } else { "the last error printed before" };
+        c.finding.add_context(format!("no rule reads this line; it is {place} {why}, so it is the likely cause"));
         // Display order is where each finding first appears.
         let at = findings.iter().position(|f| st.canon(&f.first) > st.canon(&c.first)).unwrap_or(findings.len());
         findings.insert(at, c);
