@@ -168,7 +168,8 @@ pub struct ExplainArgs {
     #[arg(long, env = "EPDOCTOR_NO_REDACT", value_parser = env_bool)]
     pub no_redact: bool,
 
-    /// Group the lines no rule explains by template, to help write new rules.
+    /// Group the lines no rule explains by template (numbers and times masked, each line's own
+    /// severity letter kept), to help write new rules; nothing is printed when there is none.
     #[arg(long)]
     pub unexplained: bool,
 

@@ -113,7 +113,7 @@ pub fn render(a: &Analysis, opts: &Options) -> String {
             let _ = writeln!(s, "  ... {} more (see -v or --format json)", a.unexplained.len() - shown);
         }
     }
-    if let Some(ts) = &a.unexplained_templates {
+    if let Some(ts) = a.unexplained_templates.as_ref().filter(|ts| !ts.is_empty()) {
         let _ = writeln!(s, "\n{}", paint("unexplained lines by template:", Style::new().bold()));
         for t in ts.iter().take(50) {
             let _ = writeln!(s, "  {:>6}  {}", t.count, t.template);

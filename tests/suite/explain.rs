@@ -111,6 +111,22 @@ fn unexplained_warning_is_unknown_exit_3() {
     assert!(t.contains("<host>") && t.contains("0x<hex>"), "{t}");
 }
 
+/// `--unexplained` keeps each line's own severity letter in its template (an `[F` line was shown
+/// as `[W`), and says nothing, not an empty heading, when no line is unexplained (issue 43 point 6).
+#[test]
+fn unexplained_templates_keep_the_level_and_are_silent_when_empty() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(f, "[rank0]:[F1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] something odd happened here").unwrap();
+    let (v, _) = json_of(&[f.path().to_str().unwrap(), "--unexplained"]);
+    let t = v["unexplained_templates"][0]["template"].as_str().unwrap();
+    assert!(t.starts_with("[F<time> "), "{t}");
+    let mut clean = tempfile::NamedTempFile::new().unwrap();
+    writeln!(clean, "hello").unwrap();
+    let out = epdoctor().args(["explain", "--unexplained", clean.path().to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("by template"), "{text}");
+}
+
 #[test]
 fn stdin_and_dash() {
     let log = std::fs::read_to_string("examples/h200-nccl-2.22.3-abort-teardown.log").unwrap();

@@ -456,7 +456,8 @@ pub(crate) fn template_of(line: &str) -> String {
         [
             (r"^\[\d{4}-\d\d-\d\d [\d:.]+\] ", ""),
             (r"^\S+:\d+:\d+ \[\d+\] ", "<host>:<pid>:<tid> [<dev>] "),
-            (r"^\[[IWEF]\d{4} [\d:.]+ ", "[W<time> "),
+            // The severity letter stays: an `[F...]` line is no `[W...]` one.
+            (r"^\[([IWEF])\d{4} [\d:.]+ ", "[$1<time> "),
             (r"\b(?:\d{1,3}\.){3}\d{1,3}\b", "<ip>"),
             (r"0x[0-9a-fA-F]+", "0x<hex>"),
             (r"\b\d+\b", "<n>"),
