@@ -498,6 +498,15 @@ pub fn is_unrelated_warning(line: &str) -> bool {
     !related.iter().any(|r| p.contains(r))
 }
 
+/// A glog/absl/c10 head of severity F (FATAL): the process aborts right after the message (glog
+/// src/logging.cc and absl/log/internal/log_format.cc write `Lmmdd hh:mm:ss.uuuuuu tid file:line] `).
+/// Read here rather than as an outcome pattern, which would have no literal for the prefilter.
+pub fn is_fatal_head(line: &str) -> bool {
+    let b = line.as_bytes();
+    let sev = if b.first() == Some(&b'[') { b.get(1) } else { b.first() };
+    sev == Some(&b'F') && c10_level(b).is_some()
+}
+
 /// c10 / glog severity: `[W1129 13:54:38.758 file:line]`, `[W file:line]`, `W1129 13:54:38.758 123 file:line]`.
 fn c10_level(b: &[u8]) -> Option<Level> {
     let (sev, rest) = if b.first() == Some(&b'[') && b.len() > 3 {
@@ -933,6 +942,11 @@ mod tests {
         for l in ["TORCH_CPP_LOG_LEVEL: ERROR", "NCCL_DEBUG: WARN  ", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"] {
             assert!(!looks_like_error(l) && level_of(l) < Level::Warn, "a setting: {l}");
         }
+        // A FATAL head, glog's and c10's; an F that starts prose is none.
+        assert!(is_fatal_head("F0105 23:50:34.026692   34204 nccl_all_reduce_thunk.cc:175] Check failed: x"));
+        assert!(is_fatal_head("[F1129 13:54:38.758212116 ProcessGroupNCCL.cpp:1575] [PG 0] Terminating"));
+        assert!(!is_fatal_head("E0403 15:37:24.104311 3871038 pjrt.cc:2809] Execution of replica 0 failed"));
+        assert!(!is_fatal_head("F1 score 0.93 after 3 epochs: done"));
         for l in ["NCCL_SOCKET: connection failed", "JOB_STATUS: FAILED (exit 3)"] {
             assert!(looks_like_error(l), "a message: {l}");
         }

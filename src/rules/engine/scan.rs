@@ -314,8 +314,8 @@ impl Engine {
             }
         }
         let (mut cands, mut outcome, resolves) = self.slot_hits(st, src, line, &rec, matches);
-        // An exception no frame caught ended its process: a failure marker of the run.
-        if l.flags.uncaught && outcome.is_none() {
+        // An exception no frame caught, or a FATAL log line, ended its process: a failure marker.
+        if outcome.is_none() && (l.flags.uncaught || log::record::is_fatal_head(line)) {
             outcome = Some(Outcome::Failed);
         }
         for r in resolves {
