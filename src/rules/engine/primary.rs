@@ -104,10 +104,11 @@ pub(crate) fn primary(findings: &[Cand], st: &State) -> Option<usize> {
 impl Engine {
     /// A reaction with no cause in sight: a generic banner as the primary (`wrapper = 2`: torchrun's
     /// SIGTERM of the other workers, a crash or exception summary), or, with nothing actionable at
-    /// all, the run's first failure marker (a launcher's failure line, a fatal log line). The last
-    /// error line no rule reads, printed before it in the same input (or the marker itself, when
-    /// no rule reads that), is the likely cause. It becomes a finding of its own
-    /// (`unexplained-cause`), the primary, and leaves the unexplained list. Returns its index.
+    /// all, the run's first failure marker (a launcher's failure line, a fatal log line). An error
+    /// line no rule reads is the likely cause: the message the reaction's record carries (C++
+    /// terminate's `what():`), else the last one printed before it in the same input (or the marker
+    /// itself). It becomes a finding of its own (`unexplained-cause`), the primary, and leaves the
+    /// unexplained list. Returns its index.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn unexplained_cause(
         &self,
@@ -128,7 +129,7 @@ impl Engine {
             _ if findings.iter().any(|c| c.actionable()) => return None,
             _ => {
                 let m = failed?;
-                (m, format!("the run's first failure marker (line {}), and no rule reads what failed", m.line))
+                (m, format!("the run's first failure marker (line {})", m.line))
             }
         };
         let errorish = |h: &Hit| {
@@ -156,8 +157,14 @@ impl Engine {
         let h = unexplained.remove(at);
         let acc = super::findings::Acc { count: 1, causes: 1, loud: 1, hits: vec![h], ..Default::default() };
         let mut c = self.findings(std::iter::once((rule, acc)).collect(), st, ranks, opts).pop()?;
-        let place = if carried(&c.first) { "the message carried by" } else { "the last error printed before" };
-        c.finding.add_context(format!("no rule reads this line; it is {place} {why}, so it is the likely cause"));
+        let place = if carried(&c.first) {
+            format!("it is the message carried by {why}")
+        } else if c.first.line == reaction.line {
+            format!("it is {why} itself")
+        } else {
+            format!("it is the last error printed before {why}")
+        };
+        c.finding.add_context(format!("no rule reads this line; {place}, so it is the likely cause"));
         // Display order is where each finding first appears.
         let at = findings.iter().position(|f| st.canon(&f.first) > st.canon(&c.first)).unwrap_or(findings.len());
         findings.insert(at, c);
