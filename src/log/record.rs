@@ -502,13 +502,20 @@ pub fn is_unrelated_warning(line: &str) -> bool {
 /// src/logging.cc and absl/log/internal/log_format.cc write `Lmmdd hh:mm:ss.uuuuuu tid file:line] `).
 /// Read here rather than as an outcome pattern, which would have no literal for the prefilter.
 pub fn is_fatal_head(line: &str) -> bool {
-    let b = line.as_bytes();
-    let sev = if b.first() == Some(&b'[') { b.get(1) } else { b.first() };
-    sev == Some(&b'F') && c10_level(b).is_some()
+    c10_severity(line.as_bytes()) == Some(b'F')
 }
 
 /// c10 / glog severity: `[W1129 13:54:38.758 file:line]`, `[W file:line]`, `W1129 13:54:38.758 123 file:line]`.
 fn c10_level(b: &[u8]) -> Option<Level> {
+    match c10_severity(b)? {
+        b'I' => Some(Level::Info),
+        b'W' => Some(Level::Warn),
+        _ => Some(Level::Error),
+    }
+}
+
+/// The severity letter (I, W, E, F) of a c10/glog head, the one reading of that head.
+fn c10_severity(b: &[u8]) -> Option<u8> {
     let (sev, rest) = if b.first() == Some(&b'[') && b.len() > 3 {
         (b[1], &b[2..])
     } else if b.len() > 6 && b[1..5].iter().all(u8::is_ascii_digit) && b[5] == b' ' {
@@ -516,17 +523,14 @@ fn c10_level(b: &[u8]) -> Option<Level> {
     } else {
         return None;
     };
-    let lvl = match sev {
-        b'I' => Level::Info,
-        b'W' => Level::Warn,
-        b'E' | b'F' => Level::Error,
-        _ => return None,
-    };
+    if !matches!(sev, b'I' | b'W' | b'E' | b'F') {
+        return None;
+    }
     // Must be followed by MMDD or a space + file:line] to count.
     let ok = rest.first().is_some_and(|c| c.is_ascii_digit() || *c == b' ')
         && rest.iter().take(80).any(|&c| c == b']')
         && find(&rest[..rest.len().min(120)], b":").is_some();
-    ok.then_some(lvl)
+    ok.then_some(sev)
 }
 
 /// `memmem::find` builds a searcher per call, which cost more than the search on every line of a

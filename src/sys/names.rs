@@ -35,9 +35,13 @@ pub fn is_nvidia_node(path: &str) -> bool {
 /// end of file (CPython Lib/multiprocessing/resource_tracker.py `main`, forkserver.py `main`);
 /// `semaphore_tracker` is the tracker's name before Python 3.8.
 pub fn ends_on_its_own(cmd: &str) -> bool {
-    ["multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker"]
-        .iter()
-        .any(|m| cmd.contains(&format!("from {m} import main")))
+    [
+        "from multiprocessing.resource_tracker import main",
+        "from multiprocessing.forkserver import main",
+        "from multiprocessing.semaphore_tracker import main",
+    ]
+    .iter()
+    .any(|m| cmd.contains(m))
 }
 
 #[cfg(test)]
